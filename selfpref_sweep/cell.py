@@ -1,0 +1,206 @@
+"""One cell of the experiment matrix, end to end: summaries, judging, scores, files, W&B."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from .data import load_dataset
+from .errors import ConfigError, DataError
+from .judging import Pair, judge_pairwise
+from .models import load_model
+from .models.cached import CachedModel
+from .scoring import summarize_question
+from .store import Store
+from .summaries import clean, dataset_summaries, model_summaries
+from .tracking import CellTracker, redact
+
+log = logging.getLogger(__name__)
+
+EMPTY_ARTICLE = "empty_article"
+
+
+def _value(x: Any) -> Any:
+    return x.value if hasattr(x, "value") else x
+
+
+def cell_description(cfg: DictConfig) -> Dict[str, Any]:
+    """The cell's coordinates in the matrix; the analysis job groups cells by these."""
+    finetune = _value(cfg.finetune_task.name)
+    return {
+        "evaluator": cfg.evaluator.name,
+        "source": cfg.source.name,
+        "dataset": cfg.dataset.name,
+        "setting": _value(cfg.setting.name),
+        "label": _value(cfg.label.name),
+        "finetune_task": finetune,
+        "finetune_dataset": None,
+        "finetune_n_articles": None,
+        "transfer": "none",
+    }
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write-then-rename: a killed process never leaves a half-written result behind."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _unjudged(reason: str) -> Dict[str, Any]:
+    return {"score": None, "excluded": True, "exclusion_reason": reason, "consistent": None, "orders": None}
+
+
+def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) -> Dict[str, Any]:
+    start = time.time()
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cell = cell_description(cfg)
+    prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
+    questions = list(cfg.setting.questions)
+    show = bool(cfg.show_progress)
+
+    store = Store(cfg.store.path)
+    dataset = load_dataset(cfg.dataset)
+    articles = dataset.articles
+    if not articles:
+        raise DataError(f"Dataset {dataset.name!r} selected no articles (n_articles={cfg.dataset.n_articles}, "
+                        f"offset={cfg.dataset.offset}).")
+
+    evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, show)
+    models: List[CachedModel] = [evaluator]
+    source_kind = _value(cfg.source.kind)
+    source_model = None
+    if source_kind == "model":
+        source_model = load_model(cfg.source.model, store, cfg.paths.model_cache, show)
+        if source_model.identity == evaluator.identity:
+            raise ConfigError(f"source={cfg.source.name} is the evaluator itself; pick another source "
+                              f"(e.g. source=human).")
+        models.append(source_model)
+
+    reasons: Dict[str, str] = {a.id: EMPTY_ARTICLE for a in articles if not a.text.strip()}
+    usable = [a for a in articles if a.id not in reasons]
+    max_new = int(cfg.summaries.max_new_tokens)
+    own_raw = model_summaries(evaluator, cfg.evaluator, prompts, dataset, usable, max_new)
+    if source_model is not None:
+        other_raw = model_summaries(source_model, cfg.source.model, prompts, dataset, usable, max_new)
+    else:
+        other_raw = dataset_summaries(cfg.source, dataset, usable)
+    own, own_problems = clean(own_raw, cfg.summaries.standardize)
+    other, other_problems = clean(other_raw, cfg.summaries.standardize)
+    for aid, why in own_problems.items():
+        reasons.setdefault(aid, f"{why}:{cell['evaluator']}")
+    for aid, why in other_problems.items():
+        reasons.setdefault(aid, f"{why}:{cell['source']}")
+
+    pairs = [Pair(a.id, a.text, own[a.id], other[a.id]) for a in usable if a.id not in reasons]
+    judged = dict(zip((p.article_id for p in pairs),
+                      judge_pairwise(evaluator, prompts, questions, pairs, float(cfg.judge.min_answer_mass))))
+
+    items = []
+    for a in articles:
+        verdicts = judged.get(a.id) or {q: _unjudged(reasons[a.id]) for q in questions}
+        items.append({"article_id": a.id, "evaluator": cell["evaluator"], "source": cell["source"],
+                      "dataset": cell["dataset"], "own_summary": own.get(a.id), "other_summary": other.get(a.id),
+                      **verdicts})
+
+    boot = cfg.bootstrap
+    per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), int(cfg.seed))
+                    for q in questions}
+    excluded_items = [it for it in items if any(it[q]["excluded"] for q in questions)]
+    exclusion_counts: Dict[str, int] = {}
+    for it in excluded_items:
+        for why in sorted({it[q]["exclusion_reason"] for q in questions if it[q]["excluded"]}):
+            exclusion_counts[why] = exclusion_counts.get(why, 0) + 1
+
+    summary: Dict[str, Any] = {
+        "status": "complete",
+        "cell": cell,
+        "n_articles": len(articles),
+        "n_items": len(items),
+        "n_excluded": len(excluded_items),
+        "exclusions": exclusion_counts,
+        **per_question,
+        "position_consistency": {q: per_question[q]["position_consistency"] for q in questions},
+        "model_calls": sum(m.calls for m in models),
+        "cache_hits": sum(m.cache_hits for m in models),
+        "tokens": {"prompt": sum(m.prompt_tokens for m in models),
+                   "completion": sum(m.completion_tokens for m in models)},
+        "min_answer_mass": float(cfg.judge.min_answer_mass),
+        "elapsed_s": None,
+    }
+
+    _atomic_write(run_dir / "results.jsonl", "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items))
+    summary["elapsed_s"] = round(time.time() - start, 2)
+    config = redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    tracker = CellTracker(OmegaConf.to_container(cfg.wandb, resolve=True), run_dir, name=_run_name(cell),
+                          group=wandb_group or run_dir.name, config=config)
+    try:
+        summary["wandb_dir"] = tracker.log_cell(summary, [_table_row(it, questions) for it in items])
+    finally:
+        tracker.finish()
+    _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    for m in models:
+        m.close()
+    store.close()
+    print(format_result(summary, run_dir))
+    return summary
+
+
+def _run_name(cell: Dict[str, Any]) -> str:
+    name = f"{cell['evaluator']}-vs-{cell['source']}-{cell['dataset']}-{cell['setting']}"
+    if cell["finetune_task"] != "none":
+        name += f"-ft_{cell['finetune_task']}"
+    if cell["label"] != "none":
+        name += f"-label_{cell['label']}"
+    return name
+
+
+def _table_row(item: Dict[str, Any], questions: List[str]) -> Dict[str, Any]:
+    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
+    for q in questions:
+        v = item[q]
+        orders = v["orders"] or {}
+        row[f"{q}_score"] = v["score"]
+        row[f"{q}_excluded"] = v["exclusion_reason"]
+        for name in ("forward", "backward"):
+            o = orders.get(name) or {}
+            row[f"{q}_{name}_p_own"] = o.get("p_own")
+            row[f"{q}_{name}_mass"] = o.get("mass")
+            row[f"{q}_{name}_chosen_position"] = o.get("chosen_position")
+    return row
+
+
+def _fmt(stats: Dict[str, Any]) -> str:
+    if stats.get("mean") is None:
+        return "n/a (no scored items)"
+    ci = "" if stats.get("ci_low") is None else f"  95% CI [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+    return f"{stats['mean']:.3f}{ci}  (n={stats['n']}, excluded {stats['n_excluded']})"
+
+
+def format_result(summary: Dict[str, Any], run_dir: Path) -> str:
+    c = summary["cell"]
+    lines = [
+        "",
+        f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) ==",
+    ]
+    for q in ("recognition", "preference"):
+        if q in summary:
+            pc = summary["position_consistency"].get(q)
+            lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
+                         + ("" if pc is None else f"  position-consistent {pc:.0%}"))
+    lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+    if summary["n_excluded"]:
+        lines.append(f"  excluded items: {summary['n_excluded']} of {summary['n_items']} {summary['exclusions']}")
+    lines.append(f"  model calls: {summary['model_calls']} (cache hits {summary['cache_hits']}), "
+                 f"{summary['elapsed_s']:.1f}s -> {run_dir / 'summary.json'}")
+    return "\n".join(lines)

@@ -1,0 +1,38 @@
+"""Model backends behind one small interface, found through a registry and imported lazily so an
+optional backend's dependencies (torch, an API client) load only when a cell uses it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Dict
+
+from omegaconf import DictConfig
+
+from ..errors import ConfigError
+from ..store import Store
+from .base import ModelAPI, ModelIdentity
+from .cached import CachedModel
+
+# backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, paths).
+BACKENDS: Dict[str, str] = {
+    "local": "selfpref_sweep.models.local:LocalModel",
+    # "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  (the API issue fills this slot)
+}
+
+
+def backend_class(name: str):
+    if name not in BACKENDS:
+        raise ConfigError(f"Unknown model backend {name!r}; valid backends: {', '.join(sorted(BACKENDS))}.")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def load_model(model_cfg: DictConfig, store: Store, model_cache: str, show_progress: bool = True) -> CachedModel:
+    """A cached handle on the model; weights load only when a call misses the cache."""
+    cls = backend_class(model_cfg.backend)
+    identity: ModelIdentity = cls.identity_for(model_cfg)
+    factory: Callable[[], ModelAPI] = lambda: cls(model_cfg, model_cache=model_cache, show_progress=show_progress)
+    return CachedModel(identity, factory, store, show_progress=show_progress)
+
+
+__all__ = ["BACKENDS", "CachedModel", "ModelAPI", "ModelIdentity", "backend_class", "load_model"]

@@ -1,0 +1,73 @@
+"""A model behind the call store: hits are served from the cache, misses go to the backend in one
+batch and are written back one by one as they arrive."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Callable, Dict, Optional, Sequence
+
+from tqdm.auto import tqdm
+
+from ..store import Store
+from .base import AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity, unique
+
+
+class CachedModel:
+    """Wraps a backend factory; the backend (and its weights) is only built on the first miss,
+    so a fully cached re-run never loads a model."""
+
+    def __init__(self, identity: ModelIdentity, factory: Callable[[], ModelAPI], store: Store,
+                 show_progress: bool = True):
+        self.identity = identity
+        self._factory = factory
+        self._backend: Optional[ModelAPI] = None
+        self.store = store
+        self.show_progress = show_progress
+        self.calls = 0  # calls not served from the cache
+        self.cache_hits = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    @property
+    def backend(self) -> ModelAPI:
+        if self._backend is None:
+            self._backend = self._factory()
+        return self._backend
+
+    def _run(self, requests, kind: str, decode, call, desc: str) -> Dict:
+        requests = unique(requests)
+        results: Dict = {}
+        misses = []
+        for req in requests:
+            cached = self.store.get(req.cache_key())
+            if cached is None:
+                misses.append(req)
+            else:
+                results[req] = decode(cached)
+                self.cache_hits += 1
+        if misses:
+            bar = tqdm(total=len(misses), desc=f"{desc} [{self.identity.label}]", disable=not self.show_progress,
+                       leave=False)
+            for req, out in call(misses):
+                self.calls += 1
+                self.prompt_tokens += out.prompt_tokens
+                self.completion_tokens += getattr(out, "completion_tokens", 0)
+                self.store.put(req.cache_key(), kind=kind, model=self.identity.label, request=asdict(req),
+                               value=out.to_json())
+                results[req] = out
+                bar.update(1)
+            bar.close()
+        return results
+
+    def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> Dict[GenerateRequest, Generation]:
+        return self._run(requests, "generate", Generation.from_json, lambda r: self.backend.generate(r), desc)
+
+    def answer_distributions(self, requests: Sequence[AnswerRequest], desc: str = "judge"
+                             ) -> Dict[AnswerRequest, AnswerDistribution]:
+        return self._run(requests, "answer_distribution", AnswerDistribution.from_json,
+                         lambda r: self.backend.answer_distributions(r), desc)
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None

@@ -1,0 +1,111 @@
+"""Scores from answer distributions, and article-level bootstrap confidence intervals.
+
+One formula everywhere (paper-protocol.md, section 5): in each order the probability of the answer
+that points at the evaluator's own summary, renormalized over the two answers; the item's score is
+the mean over the two orders. The mass that fell on the answer tokens is kept, and items with too
+little of it are excluded *and counted*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Sequence
+
+import numpy as np
+
+from .models.base import AnswerDistribution
+
+# Why an item has no score; every reason is counted in summary.json.
+NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers
+LOW_ANSWER_MASS = "low_answer_mass"  # below judge.min_answer_mass in at least one order
+
+
+@dataclass
+class OrderScore:
+    probs: Dict[str, float]  # raw probability of "1" and "2" (all spellings)
+    mass: float
+    p_own: Optional[float]  # renormalized probability of the answer naming the own summary
+    own_position: int  # 1 or 2
+    chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
+    method: str
+
+    @property
+    def chosen(self) -> str:
+        if self.chosen_position is None:
+            return "tie" if self.mass > 0 else "none"
+        return "own" if self.chosen_position == self.own_position else "other"
+
+    def to_json(self) -> dict:
+        return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
+                "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method}
+
+
+def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[str] = ("1", "2")) -> OrderScore:
+    """`answers[i]` names the summary in position i+1."""
+    p = [max(0.0, float(dist.probs.get(a, 0.0))) for a in answers]
+    mass = p[0] + p[1]
+    p_own = p[own_position - 1] / mass if mass > 0 else None
+    chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
+    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method)
+
+
+def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> dict:
+    """forward = (own, other), backward = (other, own)."""
+    reason = None
+    if forward.p_own is None or backward.p_own is None:
+        reason = NO_ANSWER_PROBABILITY
+    elif min(forward.mass, backward.mass) < min_mass:
+        reason = LOW_ANSWER_MASS
+    score = None if reason else 0.5 * (forward.p_own + backward.p_own)
+    consistent = (forward.chosen in ("own", "other") and forward.chosen == backward.chosen) if not reason else None
+    return {
+        "score": score,
+        "excluded": reason is not None,
+        "exclusion_reason": reason,
+        "consistent": consistent,
+        "orders": {"forward": forward.to_json(), "backward": backward.to_json()},
+    }
+
+
+def bootstrap_mean(values: Sequence[float], groups: Sequence[str], n_resamples: int, confidence: float,
+                   seed: int) -> Dict[str, Optional[float]]:
+    """Mean with a percentile CI from resampling whole articles (groups) with replacement, so items
+    that share an article are not treated as independent."""
+    vals = np.asarray(values, dtype=float)
+    if vals.size == 0:
+        return {"mean": None, "ci_low": None, "ci_high": None}
+    mean = float(vals.mean())
+    labels, index = np.unique(np.asarray(groups), return_inverse=True)
+    if len(labels) < 2:  # one article: no spread to resample
+        return {"mean": mean, "ci_low": None, "ci_high": None}
+    sums = np.bincount(index, weights=vals)
+    counts = np.bincount(index).astype(float)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(labels), size=(n_resamples, len(labels)))
+    boot = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(boot, [alpha, 1 - alpha])
+    return {"mean": mean, "ci_low": float(low), "ci_high": float(high)}
+
+
+def summarize_question(items: Iterable[dict], question: str, n_resamples: int, confidence: float,
+                       seed: int) -> Dict:
+    """Mean score of one question over a cell's items, with its CI and exclusions."""
+    items = list(items)
+    scored = [it for it in items if not it[question]["excluded"]]
+    stats = bootstrap_mean([it[question]["score"] for it in scored], [it["article_id"] for it in scored],
+                           n_resamples, confidence, seed)
+    reasons: Dict[str, int] = {}
+    for it in items:
+        if it[question]["excluded"]:
+            r = it[question]["exclusion_reason"]
+            reasons[r] = reasons.get(r, 0) + 1
+    consistent = [it[question]["consistent"] for it in scored]
+    return {
+        **stats,
+        "n": len(scored),
+        "n_excluded": len(items) - len(scored),
+        "exclusions": reasons,
+        "position_consistency": (sum(consistent) / len(consistent)) if consistent else None,
+    }
+
