@@ -4,7 +4,9 @@
     python run.py -m source=human,smollm135 dataset=paper_xsum dataset.root=../shared/paper-data
 """
 
+import logging
 import sys
+import traceback
 from pathlib import Path
 
 import hydra
@@ -16,6 +18,7 @@ from selfpref_sweep.config import register_configs
 from selfpref_sweep.errors import SelfprefError
 
 register_configs()
+log = logging.getLogger("selfpref_sweep")
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -24,13 +27,23 @@ def main(cfg: DictConfig) -> None:
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
-    group = Path(hc.sweep.dir).as_posix().replace("/", "_") if hc.mode == RunMode.MULTIRUN else None
+    sweeping = hc.mode == RunMode.MULTIRUN
+    group = Path(hc.sweep.dir).as_posix().replace("/", "_") if sweeping else None
     try:
         run_cell(cfg, run_dir, wandb_group=cfg.wandb.group or group)
-    except SelfprefError as exc:
-        (run_dir / "cell.error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
-        print(f"\nerror: {exc}\n", file=sys.stderr)
-        sys.exit(2)
+    except Exception as exc:  # noqa: BLE001 - recorded for the analysis job, then reported
+        clear = isinstance(exc, SelfprefError)
+        detail = f"{type(exc).__name__}: {exc}\n" + ("" if clear else "\n" + traceback.format_exc())
+        (run_dir / "cell.error.txt").write_text(detail)
+        log.error("cell failed: %s", detail)
+        if sweeping:
+            # One bad cell must not stop a long sweep; the analysis job lists it as failed.
+            print(f"\nerror in cell {run_dir}: {exc}\n", file=sys.stderr)
+            return
+        if clear:
+            print(f"\nerror: {exc}\n", file=sys.stderr)
+            sys.exit(2)
+        raise
 
 
 if __name__ == "__main__":

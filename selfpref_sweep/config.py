@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -72,8 +72,17 @@ class ModelConfig:
     # Reuse the KV cache of shared prompt prefixes when scoring batches of judge prompts.
     prefix_reuse: bool = True
     display_name: Optional[str] = None
-    # Slot for API backends (the OpenAI issue): their own settings live here.
-    extra: Dict[str, Any] = field(default_factory=dict)
+    # API backends (OpenAI and OpenAI-compatible servers).
+    api_model: Optional[str] = None  # the API's model name, e.g. gpt-4-turbo
+    base_url: Optional[str] = None  # None: api.openai.com; else any OpenAI-compatible server
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
+    max_concurrency: int = 8  # requests in flight per model
+    top_logprobs: int = 20  # the largest the API allows
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    sample_fallback_k: int = 0  # >0: estimate answer probabilities from k samples when no logprobs
+    price_per_mtok_prompt: Optional[float] = None  # USD per million tokens, for the cost estimate
+    price_per_mtok_completion: Optional[float] = None
 
 
 @dataclass

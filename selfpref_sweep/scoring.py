@@ -28,6 +28,7 @@ class OrderScore:
     own_position: int  # 1 or 2
     chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
     method: str
+    missing_reason: Optional[str] = None  # from the backend, e.g. "no_logprobs"
 
     @property
     def chosen(self) -> str:
@@ -37,7 +38,8 @@ class OrderScore:
 
     def to_json(self) -> dict:
         return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
-                "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method}
+                "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method,
+                "missing_reason": self.missing_reason}
 
 
 def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[str] = ("1", "2")) -> OrderScore:
@@ -46,14 +48,15 @@ def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[s
     mass = p[0] + p[1]
     p_own = p[own_position - 1] / mass if mass > 0 else None
     chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method)
+    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason)
 
 
 def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> dict:
     """forward = (own, other), backward = (other, own)."""
     reason = None
     if forward.p_own is None or backward.p_own is None:
-        reason = NO_ANSWER_PROBABILITY
+        missing = forward if forward.p_own is None else backward
+        reason = missing.missing_reason or NO_ANSWER_PROBABILITY
     elif min(forward.mass, backward.mass) < min_mass:
         reason = LOW_ANSWER_MASS
     score = None if reason else 0.5 * (forward.p_own + backward.p_own)

@@ -4,6 +4,7 @@ optional backend's dependencies (torch, an API client) load only when a cell use
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Callable, Dict
 
 from omegaconf import DictConfig
@@ -20,10 +21,21 @@ BACKENDS: Dict[str, str] = {
 }
 
 
+def _registered() -> Dict[str, str]:
+    """Built-in backends plus any added through SELFPREF_BACKENDS="name=module:Class,..." (plugins,
+    and the test suite's deterministic backend)."""
+    backends = dict(BACKENDS)
+    for entry in filter(None, os.environ.get("SELFPREF_BACKENDS", "").split(",")):
+        name, _, target = entry.partition("=")
+        backends[name.strip()] = target.strip()
+    return backends
+
+
 def backend_class(name: str):
-    if name not in BACKENDS:
-        raise ConfigError(f"Unknown model backend {name!r}; valid backends: {', '.join(sorted(BACKENDS))}.")
-    module, cls = BACKENDS[name].split(":")
+    backends = _registered()
+    if name not in backends:
+        raise ConfigError(f"Unknown model backend {name!r}; valid backends: {', '.join(sorted(backends))}.")
+    module, cls = backends[name].split(":")
     return getattr(importlib.import_module(module), cls)
 
 

@@ -88,9 +88,13 @@ class AnswerDistribution:
     """Raw (un-renormalized) probability of each answer, and how it was obtained."""
 
     probs: Dict[str, float]
-    method: str = "full_distribution"  # how the probabilities were read (API backends differ)
+    # How the probabilities were read: "full_distribution" (local), "logprobs" (API top_logprobs),
+    # "sampled" (estimated from k samples), "unavailable".
+    method: str = "full_distribution"
     top_tokens: List[Tuple[str, float]] = field(default_factory=list)  # diagnostics
     prompt_tokens: int = 0
+    completion_tokens: int = 0
+    missing_reason: Optional[str] = None  # why there is no probability on the answers, if so
 
     @property
     def mass(self) -> float:
@@ -102,6 +106,8 @@ class AnswerDistribution:
             "method": self.method,
             "top_tokens": [list(t) for t in self.top_tokens],
             "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "missing_reason": self.missing_reason,
         }
 
     @classmethod
@@ -111,6 +117,8 @@ class AnswerDistribution:
             method=d.get("method", "full_distribution"),
             top_tokens=[(str(t), float(p)) for t, p in d.get("top_tokens", [])],
             prompt_tokens=int(d.get("prompt_tokens", 0)),
+            completion_tokens=int(d.get("completion_tokens", 0)),
+            missing_reason=d.get("missing_reason"),
         )
 
 

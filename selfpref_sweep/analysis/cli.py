@@ -1,0 +1,89 @@
+"""``python -m selfpref_sweep.analysis SWEEP_DIR [SWEEP_DIR ...]``: (re)run the analysis on disk.
+
+Reproduces what the Hydra callback writes at the end of a multirun, and can pool several sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+_WANDB_KEYS = ("mode", "project", "entity", "group")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m selfpref_sweep.analysis",
+        description=(
+            "Regress self-preference on self-recognition over the cells of one or more Hydra sweep "
+            "directories and write report.html, report.md and PNG plots (in analysis/). Failed or "
+            "incomplete cells are listed in the report."
+        ),
+    )
+    parser.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR", type=Path,
+                        help="a multirun directory, e.g. outputs/multirun/2026-11-21/20-30-00; several are pooled")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the report (default: the first SWEEP_DIR)")
+    parser.add_argument("--wandb-mode", choices=["offline", "online", "disabled"], default=None,
+                        help="W&B mode for the summary run (default: the sweep's wandb.mode, else offline)")
+    parser.add_argument("--wandb-project", default=None, help="W&B project (default: the sweep's, else selfpref_sweep)")
+    parser.add_argument("--wandb-entity", default=None, help="W&B entity (default: the sweep's, else your default)")
+    parser.add_argument("--wandb-group", default=None, help="W&B group (default: the sweep dir's name)")
+    parser.add_argument("--recognition-task", action="append", dest="recognition_tasks", default=None,
+                        metavar="TASK",
+                        help="finetune_task value counted as a recognition fine-tune in the slope-difference test "
+                             "(repeatable; default: recognition)")
+    return parser
+
+
+def sweep_wandb_cfg(sweep_dir: Path) -> dict[str, Any]:
+    """The wandb settings the sweep ran with (its multirun.yaml), so a re-run logs alike.
+
+    A value that cannot be resolved outside the sweep's process (e.g. a custom resolver) is skipped.
+    """
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return {}
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+        return {}
+    out: dict[str, Any] = {}
+    node = cfg.get("wandb") if hasattr(cfg, "get") else None
+    if node is None or not hasattr(node, "get"):
+        return {}
+    for key in _WANDB_KEYS:
+        try:
+            value = node.get(key)
+        except Exception:  # noqa: BLE001
+            continue
+        if value is None or isinstance(value, (str, int, float, bool)):
+            out[key] = value
+    return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    # Heavy imports after argument parsing, so --help is instant.
+    from .fit import RECOGNITION_TASKS
+    from .pipeline import NoCellsError, run_analysis
+
+    wandb_cfg = sweep_wandb_cfg(args.sweep_dirs[0])
+    for key in _WANDB_KEYS:
+        value = getattr(args, f"wandb_{key}")
+        if value is not None:
+            wandb_cfg[key] = value
+    try:
+        result = run_analysis(
+            args.sweep_dirs, out_dir=args.out, wandb_cfg=wandb_cfg,
+            recognition_tasks=tuple(args.recognition_tasks or RECOGNITION_TASKS),
+        )
+    except (FileNotFoundError, NoCellsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(result.summary_text())
+    return 0

@@ -1,0 +1,184 @@
+"""matplotlib figures of the report (PNG, Agg backend, no display needed).
+
+- scatter: cell-mean preference vs recognition, one panel per (dataset, transfer), points coloured
+  by finetune_task and shaped by setting, with the OLS line and its 95% confidence band.
+- heatmaps: evaluator x source matrices of mean recognition and of mean preference.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: sweeps run on servers and in CI
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+
+from .fit import FitResult, confidence_band, fit_ols  # noqa: E402
+from .tables import DASH, fmt, fmt_ci  # noqa: E402
+
+_MARKERS = {"pairwise": "o", "individual": "s"}
+_DPI = 110
+
+
+@dataclass
+class PlotFile:
+    title: str
+    path: Path
+
+
+def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = max(1, min(max_cols, n))
+    return int(math.ceil(n / cols)), cols
+
+
+def _colours(tasks: Sequence[str]) -> dict[str, tuple]:
+    # Stable colours: "none" (base models) always first and grey-free tab10 order for the rest.
+    ordered = sorted(set(tasks), key=lambda t: (t != "none", t))
+    cmap = matplotlib.colormaps["tab10"]
+    return {t: cmap(i % 10) for i, t in enumerate(ordered)}
+
+
+def _empty_figure(path: Path, message: str) -> None:
+    fig = Figure(figsize=(6, 3))
+    ax = fig.add_subplot(1, 1, 1)
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    fig.savefig(path, dpi=_DPI)
+
+
+def _fit_label(fit: FitResult) -> str:
+    if not fit.ok:
+        return fit.note
+    r_ci = fmt_ci(fit.r_ci_low, fit.r_ci_high, 2)
+    r_txt = f"r {fmt(fit.r, 2)}" + ("" if r_ci == DASH else f" {r_ci}")
+    return f"slope {fmt(fit.slope, 2)} {fmt_ci(fit.slope_ci_low, fit.slope_ci_high, 2)}\n{r_txt}, n={fit.n}"
+
+
+def _yerr(sub: pd.DataFrame, prefix: str) -> np.ndarray:
+    # Asymmetric bootstrap CIs; a null bound draws no bar rather than failing.
+    mean = sub[f"{prefix}_mean"].to_numpy(float)
+    lo = np.nan_to_num(mean - sub[f"{prefix}_ci_low"].to_numpy(float), nan=0.0).clip(min=0)
+    hi = np.nan_to_num(sub[f"{prefix}_ci_high"].to_numpy(float) - mean, nan=0.0).clip(min=0)
+    return np.vstack([lo, hi])
+
+
+def scatter_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
+    """Preference vs recognition scatter, faceted by dataset and transfer condition."""
+    title = "Self-preference vs self-recognition (cell means; OLS fit with 95% CI band)"
+    usable = cells.dropna(subset=["rec_mean", "pref_mean"]) if not cells.empty else cells
+    if usable.empty:
+        _empty_figure(path, "No complete cell has both a recognition and a preference mean:\nnothing to plot.")
+        return PlotFile(title, path)
+    usable = usable.assign(
+        _ds=usable["dataset"].fillna("null").astype(str), _tr=usable["transfer"].fillna("null").astype(str)
+    )
+    facets = sorted(usable.groupby(["_ds", "_tr"]).groups.keys())
+    rows, cols = _grid(len(facets))
+    fig = Figure(figsize=(4.8 * cols, 4.3 * rows + 0.8), layout="constrained")
+    colours = _colours(usable["finetune_task"].fillna("none").astype(str))
+    settings = sorted(usable["setting"].fillna("pairwise").astype(str).unique())
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    for ax, (ds, tr) in zip(axes.ravel(), facets):
+        sub = usable[(usable["_ds"] == ds) & (usable["_tr"] == tr)]
+        ax.axhline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
+        ax.axvline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
+        for (task, setting), pts in sub.groupby(
+            [sub["finetune_task"].fillna("none").astype(str), sub["setting"].fillna("pairwise").astype(str)]
+        ):
+            ax.errorbar(
+                pts["rec_mean"], pts["pref_mean"], xerr=_yerr(pts, "rec"), yerr=_yerr(pts, "pref"),
+                fmt=_MARKERS.get(setting, "^"), color=colours[task], ecolor=colours[task],
+                elinewidth=0.6, alpha=0.85, capsize=0, markersize=6, markeredgecolor="white",
+            )
+        fit = fit_ols(sub["rec_mean"], sub["pref_mean"], group_by="dataset x transfer", group=f"{ds} / {tr}")
+        if fit.ok:
+            xs = np.linspace(sub["rec_mean"].min(), sub["rec_mean"].max(), 60)
+            pred, lo, hi = confidence_band(fit, xs)
+            ax.fill_between(xs, lo, hi, color="0.3", alpha=0.15, lw=0, label="95% CI")
+            ax.plot(xs, pred, color="0.15", lw=1.5)
+        ax.text(
+            0.02, 0.98, _fit_label(fit), transform=ax.transAxes, va="top", ha="left", fontsize=8,
+            bbox=dict(boxstyle="round", fc="white", ec="0.8", alpha=0.9),
+        )
+        ax.set_title(f"dataset={ds} · transfer={tr}", fontsize=10)
+        ax.set_xlabel("self-recognition (mean)")
+        ax.set_ylabel("self-preference (mean)")
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=f"finetune_task={t}") for t, c in colours.items()]
+    if len(settings) > 1:
+        handles += [
+            Line2D([], [], marker=_MARKERS.get(s, "^"), ls="", color="0.3", label=f"setting={s}") for s in settings
+        ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(path, dpi=_DPI)
+    return PlotFile(title, path)
+
+
+def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
+    """Evaluator x source heatmap of one metric, one panel per (dataset, setting, label)."""
+    metric = {"rec": "recognition", "pref": "preference"}[prefix]
+    title = f"Self-{metric}: evaluator × source (cell means)"
+    usable = cells.dropna(subset=[f"{prefix}_mean"]) if not cells.empty else cells
+    if usable.empty:
+        _empty_figure(path, f"No complete cell has a {metric} mean: nothing to plot.")
+        return PlotFile(title, path)
+    keys = ["dataset", "setting", "label", "evaluator_variant", "source"]
+    usable = usable.copy()
+    usable[keys] = usable[keys].astype(object).where(usable[keys].notna(), "null").astype(str)
+    facets = sorted(usable.groupby(["dataset", "setting", "label"]).groups.keys())
+    n_rows_max = max(usable.groupby(["dataset", "setting", "label"])["evaluator_variant"].nunique())
+    n_cols_max = max(usable.groupby(["dataset", "setting", "label"])["source"].nunique())
+    rows, cols = _grid(len(facets), max_cols=2)
+    fig = Figure(
+        figsize=(cols * (2.8 + 1.0 * n_cols_max), rows * (1.6 + 0.45 * n_rows_max) + 0.6), layout="constrained"
+    )
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    image = None
+    for ax, (ds, setting, label) in zip(axes.ravel(), facets):
+        sub = usable[(usable["dataset"] == ds) & (usable["setting"] == setting) & (usable["label"] == label)]
+        grouped = sub.groupby(["evaluator_variant", "source"])[f"{prefix}_mean"]
+        matrix = grouped.mean().unstack("source")
+        counts = grouped.size().unstack("source")
+        data = matrix.to_numpy(dtype=float)
+        # Diverging around 0.5 (no bias); grey where an evaluator never met that source.
+        image = ax.imshow(np.ma.masked_invalid(data), cmap="RdBu_r", vmin=0.0, vmax=1.0, aspect="auto")
+        ax.set_facecolor("0.9")
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                if math.isfinite(data[i, j]):
+                    k = counts.iat[i, j]
+                    text = f"{data[i, j]:.2f}" + (f"\n(mean of {int(k)})" if k and k > 1 else "")
+                    ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                            color="white" if abs(data[i, j] - 0.5) > 0.3 else "black")
+        ax.set_xticks(range(data.shape[1]), [str(c) for c in matrix.columns], rotation=30, ha="right", fontsize=8)
+        ax.set_yticks(range(data.shape[0]), [str(r) for r in matrix.index], fontsize=8)
+        ax.set_xlabel("source")
+        ax.set_ylabel("evaluator")
+        ax.set_title(f"{ds} · {setting} · label={label}", fontsize=9)
+    if image is not None:
+        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label=f"mean self-{metric}")
+    fig.suptitle(title, fontsize=11)
+    fig.savefig(path, dpi=_DPI)
+    return PlotFile(title, path)
+
+
+def make_plots(cells: pd.DataFrame, out_dir: Path) -> list[PlotFile]:
+    """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [
+        scatter_plot(cells, out_dir / "preference_vs_recognition.png"),
+        heatmap_plot(cells, "rec", out_dir / "heatmap_recognition.png"),
+        heatmap_plot(cells, "pref", out_dir / "heatmap_preference.png"),
+    ]

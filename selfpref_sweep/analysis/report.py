@@ -1,0 +1,103 @@
+"""Write report.md (links the PNGs) and a self-contained report.html (PNGs inlined as base64).
+
+The report is a list of sections, each with optional text, table and plots; both files are built
+from the same sections, so they always agree.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from .plots import PlotFile
+from .tables import DASH, to_markdown
+
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+
+
+@dataclass
+class Section:
+    title: str
+    text: str = ""  # plain text; blank lines separate paragraphs
+    table: Optional[pd.DataFrame] = None
+    plots: Sequence[PlotFile] = field(default_factory=list)
+    level: int = 2  # heading level
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip() for p in text.strip().split("\n\n") if p.strip()]
+
+
+def render_markdown(title: str, meta: Sequence[str], sections: Sequence[Section], out_dir: Path) -> str:
+    lines = [f"# {title}", ""]
+    lines += [f"- {m}" for m in meta] + [""]
+    for s in sections:
+        lines += [f"{'#' * s.level} {s.title}", ""]
+        for p in _paragraphs(s.text):
+            lines += [p, ""]
+        if s.table is not None:
+            lines += [to_markdown(s.table), ""]
+        for plot in s.plots:
+            rel = Path(os.path.relpath(plot.path, out_dir)).as_posix()
+            lines += [f"![{plot.title}]({rel})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+_CSS = """
+body { font-family: -apple-system, Segoe UI, Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1400px;
+       padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+tr:nth-child(even) td { background: #fafafa; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0 1.5em; }
+.meta li { margin: 0.1em 0; }
+.scroll { overflow-x: auto; }
+"""
+
+
+def _img_tag(plot: PlotFile) -> str:
+    # Inline the PNG so the HTML file stands alone (mail it, open it offline).
+    data = base64.b64encode(plot.path.read_bytes()).decode("ascii")
+    alt = html.escape(plot.title)
+    return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
+
+
+def render_html(title: str, meta: Sequence[str], sections: Sequence[Section]) -> str:
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        '<ul class="meta">' + "".join(f"<li>{html.escape(m)}</li>" for m in meta) + "</ul>",
+    ]
+    for s in sections:
+        h = min(max(s.level, 2), 6)
+        parts.append(f"<h{h}>{html.escape(s.title)}</h{h}>")
+        parts += [f"<p>{html.escape(p)}</p>" for p in _paragraphs(s.text)]
+        if s.table is not None:
+            if s.table.empty:
+                parts.append("<p><em>(none)</em></p>")
+            else:
+                parts.append(
+                    '<div class="scroll">' + s.table.to_html(index=False, escape=True, border=0, na_rep=DASH) + "</div>"
+                )
+        parts += [_img_tag(p) for p in s.plots]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(out_dir: Path, title: str, meta: Sequence[str], sections: Sequence[Section]) -> tuple[Path, Path]:
+    """Write both files into ``out_dir``; returns (report.md, report.html)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path, html_path = out_dir / REPORT_MD, out_dir / REPORT_HTML
+    md_path.write_text(render_markdown(title, meta, sections, out_dir), encoding="utf-8")
+    html_path.write_text(render_html(title, meta, sections), encoding="utf-8")
+    return md_path, html_path

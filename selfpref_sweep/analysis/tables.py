@@ -1,0 +1,276 @@
+"""The report's tables as pandas DataFrames of display strings, plus a Markdown renderer.
+
+Numbers are formatted here once, so report.md, report.html, W&B and stdout show the same text.
+Raw numeric versions of the regression tables are kept as well (for CSV and W&B).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .fit import ALPHA, FitResult, InteractionResult
+
+DASH = "—"  # shown for a number that does not exist (null metric, unfitted group)
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return DASH
+    return DASH if not math.isfinite(v) else f"{v:.{digits}f}"
+
+
+def fmt_ci(lo: Any, hi: Any, digits: int = 3) -> str:
+    a, b = fmt(lo, digits), fmt(hi, digits)
+    return DASH if a == DASH and b == DASH else f"[{a}, {b}]"
+
+
+def fmt_p(p: Any) -> str:
+    try:
+        v = float(p)
+    except (TypeError, ValueError):
+        return DASH
+    if not math.isfinite(v):
+        return DASH
+    return "<0.001" if v < 0.001 else f"{v:.3f}"
+
+
+def fmt_int(x: Any) -> str:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return DASH
+    return DASH if not math.isfinite(v) else str(int(round(v)))
+
+
+def _mean_ci(values: pd.Series) -> str:
+    """Mean across cells with a t interval (cells as the unit); '—' interval below 2 cells."""
+    v = values.dropna().to_numpy(dtype=float)
+    if v.size == 0:
+        return DASH
+    if v.size < 2:
+        return f"{v.mean():.3f}"
+    half = stats.t.ppf(1 - ALPHA / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
+    return f"{v.mean():.3f} [{v.mean() - half:.3f}, {v.mean() + half:.3f}]"
+
+
+# --- regressions ---------------------------------------------------------------------------------
+
+
+def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
+    """Display table of fits: slope, r and their 95% CIs, R², n; unfitted groups say why."""
+    rows = []
+    for f in fits:
+        unit = "cells" if f.level == "cell" else "items"
+        row = {
+            "grouping": f.group_by,
+            "group": f.group,
+            f"n {unit}": str(f.n),
+        }
+        if f.level == "item":
+            row["n articles"] = fmt_int(f.n_clusters)
+        row.update(
+            {
+                "slope": fmt(f.slope),
+                "slope 95% CI": fmt_ci(f.slope_ci_low, f.slope_ci_high),
+                "p (slope)": fmt_p(f.slope_p),
+                "intercept": fmt(f.intercept),
+                "intercept 95% CI": fmt_ci(f.intercept_ci_low, f.intercept_ci_high),
+                "r": fmt(f.r),
+                "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high),
+                "R²": fmt(f.r2),
+                "note": f.note,
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
+    """Numeric version of the fits (CSV, W&B); drops the band internals."""
+    df = pd.DataFrame([f.to_dict() for f in fits])
+    return df.drop(columns=["cov", "df_resid"], errors="ignore")
+
+
+def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        rows.append(
+            {
+                "grouping": r.group_by,
+                "group": r.group,
+                "n cells (recognition / control fine-tunes)": f"{r.n} ({r.n_recognition} / {r.n_control})",
+                "interaction: recognition × is_recognition_finetune": fmt(r.estimate),
+                "95% CI": fmt_ci(r.ci_low, r.ci_high),
+                "p": fmt_p(r.p),
+                "slope, control fine-tunes [95% CI]": _est_ci(r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high),
+                "slope, recognition fine-tunes [95% CI]": _est_ci(
+                    r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high
+                ),
+                "note": r.note,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
+    return pd.DataFrame([r.to_dict() for r in results])
+
+
+def _est_ci(est: float, lo: float, hi: float) -> str:
+    return DASH if fmt(est) == DASH else f"{fmt(est)} {fmt_ci(lo, hi)}"
+
+
+# --- per-cell tables -----------------------------------------------------------------------------
+
+_ROW_KEYS = ["dataset", "setting", "label", "evaluator_variant"]
+
+
+def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Evaluator × source matrix of one metric ("rec" or "pref"), each entry "mean [CI low, high]".
+
+    Rows are (dataset, setting, label, evaluator incl. fine-tune), columns are sources. Two cells
+    with the same key (e.g. the same cell in two pooled sweeps) are shown side by side, not averaged.
+    """
+    if cells.empty:
+        return pd.DataFrame(columns=[*_ROW_KEYS, "(no complete cells)"])
+    df = cells.copy()
+    df["_entry"] = [
+        _est_ci(m, lo, hi) for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"])
+    ]
+    keys = [*_ROW_KEYS, "source"]
+    # A null key would vanish from a pivot; show it as "null" instead.
+    df[keys] = df[keys].astype(object).where(df[keys].notna(), "null").astype(str)
+    table = df.groupby(keys, sort=True)["_entry"].agg("; ".join).unstack("source").fillna("").reset_index()
+    table.columns.name = None
+    return table.rename(columns={"evaluator_variant": "evaluator"})
+
+
+def position_consistency_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Share of items whose answer is the same in both presentation orders, per cell."""
+    cols = ["cell_id", *_ROW_KEYS, "source", "pc_recognition", "pc_preference"]
+    if cells.empty:
+        return pd.DataFrame(columns=["cell", "dataset", "setting", "label", "evaluator", "source", "recognition", "preference"])
+    df = cells[cols].copy()
+    df["pc_recognition"] = df["pc_recognition"].map(fmt)
+    df["pc_preference"] = df["pc_preference"].map(fmt)
+    return df.rename(
+        columns={
+            "cell_id": "cell",
+            "evaluator_variant": "evaluator",
+            "pc_recognition": "recognition",
+            "pc_preference": "preference",
+        }
+    )
+
+
+def exclusions_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Items excluded per cell, with one column per exclusion reason, and a total row."""
+    if cells.empty:
+        return pd.DataFrame(columns=["cell", "evaluator", "source", "dataset", "n items", "n excluded"])
+    reasons = sorted({r for ex in cells["exclusions"] for r in (ex or {})})
+    rows = []
+    for _, c in cells.iterrows():
+        row = {
+            "cell": c["cell_id"],
+            "evaluator": c["evaluator_variant"],
+            "source": c["source"],
+            "dataset": c["dataset"],
+            "n items": c["n_items"],
+            "n excluded": c["n_excluded"],
+            "excluded (recognition)": c["rec_n_excluded"],
+            "excluded (preference)": c["pref_n_excluded"],
+        }
+        for reason in reasons:
+            row[reason] = (c["exclusions"] or {}).get(reason, 0.0)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    numeric = [c for c in df.columns if c not in ("cell", "evaluator", "source", "dataset")]
+    total = {"cell": "total", "evaluator": "", "source": "", "dataset": ""}
+    # min_count=1: a column of nulls totals to null ("—"), not to a misleading 0.
+    total.update({c: df[c].astype(float).sum(min_count=1) for c in numeric})
+    df = pd.concat([df, pd.DataFrame([total])], ignore_index=True)
+    for c in numeric:
+        df[c] = df[c].map(fmt_int)
+    return df
+
+
+def finetune_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per fine-tune task (and fine-tune dataset, size, evaluation dataset): means across cells."""
+    keys = ["finetune_task", "finetune_dataset", "finetune_n_articles", "dataset", "transfer", "setting"]
+    if cells.empty:
+        return pd.DataFrame(columns=[*keys, "n cells"])
+    rows = []
+    for key, sub in cells.groupby(keys, dropna=False, sort=True):
+        row = dict(zip(keys, key))
+        row["finetune_dataset"] = row["finetune_dataset"] if isinstance(row["finetune_dataset"], str) else DASH
+        row["finetune_n_articles"] = fmt_int(row["finetune_n_articles"])
+        row.update(
+            {
+                "n cells": len(sub),
+                "evaluators": ", ".join(sorted(sub["evaluator"].astype(str).unique())),
+                "recognition (mean of cells [95% CI])": _mean_ci(sub["rec_mean"]),
+                "preference (mean of cells [95% CI])": _mean_ci(sub["pref_mean"]),
+                "position consistency (rec / pref)": f"{fmt(sub['pc_recognition'].mean())} / {fmt(sub['pc_preference'].mean())}",
+            }
+        )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def problems_table(problems_df: pd.DataFrame, max_error_chars: int = 400) -> pd.DataFrame:
+    """Failed / incomplete cells and warnings, with overrides and the (shortened) error message."""
+    if problems_df.empty:
+        return pd.DataFrame(columns=["cell", "status", "reason", "overrides", "error"])
+    df = problems_df[["cell", "status", "reason", "overrides", "error"]].copy()
+    df["error"] = df["error"].map(lambda e: _shorten(" ".join(str(e).split()), max_error_chars))
+    return df
+
+
+def _shorten(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _md_cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    if isinstance(value, float) and math.isnan(value):
+        text = DASH
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (no tabulate dependency)."""
+    if df.columns.empty:
+        return "_(empty)_"
+    header = "| " + " | ".join(_md_cell(c) for c in df.columns) + " |"
+    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
+    body = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in df.itertuples(index=False, name=None)]
+    if not body:
+        body = ["| " + " | ".join(["_(none)_"] + [""] * (len(df.columns) - 1)) + " |"]
+    return "\n".join([header, sep, *body])
+
+
+def to_text(df: pd.DataFrame, columns: Optional[Iterable[str]] = None) -> str:
+    """Fixed-width text for stdout."""
+    view = df if columns is None else df[[c for c in columns if c in df.columns]]
+    if view.empty:
+        return "(none)"
+    return view.to_string(index=False)
+
+
+def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    """The per-cell numbers for CSV / W&B (exclusions flattened to text)."""
+    if cells.empty:
+        return cells
+    df = cells.copy()
+    df["exclusions"] = df["exclusions"].map(lambda d: "; ".join(f"{k}={fmt_int(v)}" for k, v in sorted((d or {}).items())))
+    return df.replace({np.nan: None})

