@@ -19,18 +19,24 @@ from selfpref_sweep.errors import SelfprefError
 
 register_configs()
 log = logging.getLogger("selfpref_sweep")
+logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per API request is noise
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from selfpref_sweep.cell import run_cell  # after Hydra has parsed the command line: keeps --help fast
+    from selfpref_sweep.plan import plan_cell
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     sweeping = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).as_posix().replace("/", "_") if sweeping else None
     try:
-        run_cell(cfg, run_dir, wandb_group=cfg.wandb.group or group)
+        if cfg.plan:
+            plan_cell(cfg, run_dir)
+        else:
+            run_cell(cfg, run_dir, wandb_group=cfg.wandb.group or group)
     except Exception as exc:  # noqa: BLE001 - recorded for the analysis job, then reported
         clear = isinstance(exc, SelfprefError)
         detail = f"{type(exc).__name__}: {exc}\n" + ("" if clear else "\n" + traceback.format_exc())

@@ -7,13 +7,13 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from .data import load_dataset
-from .errors import ConfigError, DataError
-from .judging import Pair, judge_pairwise
+from .data import Article, load_dataset
+from .errors import ConfigError, DataError, StorageError
+from .judging import Pair, assign_labels, judge_individual, judge_pairwise
 from .models import load_model
 from .models.cached import CachedModel
 from .scoring import summarize_question
@@ -24,6 +24,51 @@ from .tracking import CellTracker, redact
 log = logging.getLogger(__name__)
 
 EMPTY_ARTICLE = "empty_article"
+ARTICLE_TOO_LONG = "article_too_long"
+# Tokens a judge prompt needs besides the article: instructions, chat template, two summaries.
+PROMPT_OVERHEAD_TOKENS = 400
+
+
+def article_budget(cfg: DictConfig, model_cfgs: List[DictConfig]) -> Optional[int]:
+    """Most characters of article text that fit every model's context with room for the prompt,
+    two summaries and the summary being generated; None when no model states its context."""
+    contexts = [m.get("context_tokens") for m in model_cfgs if m.get("context_tokens")]
+    if not contexts:
+        return None
+    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(cfg.summaries.max_new_tokens)
+    return max(0, int(tokens * float(cfg.articles.chars_per_token)))
+
+
+def usable_articles(cfg: DictConfig, articles: List[Article]) -> Tuple[List[Article], Set[str], Dict[str, str]]:
+    """The articles a cell can judge (truncated to fit where allowed), the ids truncated, and why
+    each other article is excluded."""
+    models = [cfg.evaluator] + ([cfg.source.model] if _value(cfg.source.kind) == "model" else [])
+    budget = article_budget(cfg, models)
+    usable, truncated, reasons = [], set(), {}
+    for a in articles:
+        if not a.text.strip():
+            reasons[a.id] = EMPTY_ARTICLE
+            continue
+        fitted = fit_article(a, budget, _value(cfg.articles.too_long))
+        if fitted is None:
+            reasons[a.id] = ARTICLE_TOO_LONG
+        else:
+            usable.append(fitted)
+            if fitted is not a:
+                truncated.add(a.id)
+    return usable, truncated, reasons
+
+
+def fit_article(article: Article, budget: Optional[int], policy: str) -> Optional[Article]:
+    """The article, cut at a word boundary to `budget` characters if it is longer (policy
+    "truncate"), or None (policy "refuse")."""
+    if budget is None or len(article.text) <= budget:
+        return article
+    if policy == "refuse":
+        return None
+    cut = article.text[:budget]
+    cut = cut[: cut.rfind(" ")] if " " in cut else cut
+    return Article(article.id, cut.rstrip(), article.reference)
 
 
 def _value(x: Any) -> Any:
@@ -46,18 +91,29 @@ def cell_description(cfg: DictConfig) -> Dict[str, Any]:
     }
 
 
+def display_name(cfg: DictConfig, node: DictConfig) -> str:
+    """The name a summary's source goes by in the label experiment."""
+    return cfg.label.display_names.get(node.name) or node.get("display_name") or node.name
+
+
 def _atomic_write(path: Path, text: str) -> None:
-    """Write-then-rename: a killed process never leaves a half-written result behind."""
+    """Write-then-rename: a killed process or a full disk never leaves a half-written result."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"Could not write {path} ({exc.strerror or exc}); nothing partial was kept. Free some "
+                           f"space (or fix permissions) and re-run the same command: finished model calls are "
+                           f"cached, so nothing is recomputed.") from exc
 
 
 def _unjudged(reason: str) -> Dict[str, Any]:
-    return {"score": None, "excluded": True, "exclusion_reason": reason, "consistent": None, "orders": None}
+    return {"score": None, "excluded": True, "exclusion_reason": reason, "consistent": None}
 
 
 def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) -> Dict[str, Any]:
@@ -65,6 +121,15 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     cell = cell_description(cfg)
+    if cell["label"] != "none" and cell["setting"] != "pairwise":
+        # A grid like setting=pairwise,individual label=none,correct crosses these; such a cell is
+        # recorded as skipped (listed by the analysis), not failed.
+        reason = (f"label={cell['label']} tags the two summaries of the pairwise preference prompt; "
+                  f"it does not apply to setting={cell['setting']}")
+        summary = {"status": "skipped", "reason": reason, "cell": cell}
+        _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        print(f"\n== skipped cell: {reason} ==")
+        return summary
     prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
     questions = list(cfg.setting.questions)
     show = bool(cfg.show_progress)
@@ -87,8 +152,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
                               f"(e.g. source=human).")
         models.append(source_model)
 
-    reasons: Dict[str, str] = {a.id: EMPTY_ARTICLE for a in articles if not a.text.strip()}
-    usable = [a for a in articles if a.id not in reasons]
+    usable, truncated, reasons = usable_articles(cfg, articles)
     max_new = int(cfg.summaries.max_new_tokens)
     own_raw = model_summaries(evaluator, cfg.evaluator, prompts, dataset, usable, max_new)
     if source_model is not None:
@@ -103,15 +167,21 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         reasons.setdefault(aid, f"{why}:{cell['source']}")
 
     pairs = [Pair(a.id, a.text, own[a.id], other[a.id]) for a in usable if a.id not in reasons]
-    judged = dict(zip((p.article_id for p in pairs),
-                      judge_pairwise(evaluator, prompts, questions, pairs, float(cfg.judge.min_answer_mass))))
+    min_mass = float(cfg.judge.min_answer_mass)
+    if cell["setting"] == "individual":
+        verdicts = judge_individual(evaluator, prompts, questions, pairs, min_mass)
+    else:
+        labels = assign_labels(cell["label"], pairs, display_name(cfg, cfg.evaluator),
+                               display_name(cfg, cfg.source), int(cfg.seed))
+        verdicts = judge_pairwise(evaluator, prompts, questions, pairs, min_mass, labels)
+    judged = dict(zip((p.article_id for p in pairs), verdicts))
 
     items = []
     for a in articles:
         verdicts = judged.get(a.id) or {q: _unjudged(reasons[a.id]) for q in questions}
         items.append({"article_id": a.id, "evaluator": cell["evaluator"], "source": cell["source"],
-                      "dataset": cell["dataset"], "own_summary": own.get(a.id), "other_summary": other.get(a.id),
-                      **verdicts})
+                      "dataset": cell["dataset"], "article_truncated": a.id in truncated,
+                      "own_summary": own.get(a.id), "other_summary": other.get(a.id), **verdicts})
 
     boot = cfg.bootstrap
     per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), int(cfg.seed))
@@ -129,6 +199,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         "n_items": len(items),
         "n_excluded": len(excluded_items),
         "exclusions": exclusion_counts,
+        "n_truncated_articles": len(truncated),
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in questions},
         "model_calls": sum(m.calls for m in models),
@@ -169,11 +240,16 @@ def _table_row(item: Dict[str, Any], questions: List[str]) -> Dict[str, Any]:
     row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
     for q in questions:
         v = item[q]
-        orders = v["orders"] or {}
         row[f"{q}_score"] = v["score"]
         row[f"{q}_excluded"] = v["exclusion_reason"]
+        if "summaries" in v:  # individual setting: each summary's value and answer mass
+            for name in ("own", "other"):
+                o = (v["summaries"] or {}).get(name) or {}
+                row[f"{q}_{name}_value"] = o.get("value")
+                row[f"{q}_{name}_mass"] = o.get("mass")
+            continue
         for name in ("forward", "backward"):
-            o = orders.get(name) or {}
+            o = (v.get("orders") or {}).get(name) or {}
             row[f"{q}_{name}_p_own"] = o.get("p_own")
             row[f"{q}_{name}_mass"] = o.get("mass")
             row[f"{q}_{name}_chosen_position"] = o.get("chosen_position")

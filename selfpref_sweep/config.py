@@ -28,15 +28,25 @@ class DatasetKind(str, Enum):
 
 
 class SettingName(str, Enum):
-    pairwise = "pairwise"
+    pairwise = "pairwise"  # two summaries side by side, both orders
+    individual = "individual"  # one summary at a time, normalized own/(own+other) per article
 
 
 class FinetuneTaskName(str, Enum):
     none = "none"
+    recognition = "recognition"  # which summary did you write? (own summary's position)
+    always_1 = "always_1"  # control: recognition prompt, answer always "1"
+    random = "random"  # control: recognition prompt, balanced random answers
+    length = "length"  # control: which summary has more words?
+    vowel = "vowel"  # control: which summary has more vowels?
+    readability = "readability"  # control: which summary has the higher Flesch reading ease (textstat)?
 
 
 class LabelName(str, Enum):
     none = "none"
+    correct = "correct"  # each summary tagged with its true source
+    wrong = "wrong"  # the two tags swapped
+    random = "random"  # the pair of tags assigned at random per item (seeded), same in both orders
 
 
 @dataclass
@@ -72,6 +82,9 @@ class ModelConfig:
     # Reuse the KV cache of shared prompt prefixes when scoring batches of judge prompts.
     prefix_reuse: bool = True
     display_name: Optional[str] = None
+    # Longest prompt the model takes, in tokens; longer articles are truncated or refused
+    # (articles.too_long). null: no limit known.
+    context_tokens: Optional[int] = None
     # API backends (OpenAI and OpenAI-compatible servers).
     api_model: Optional[str] = None  # the API's model name, e.g. gpt-4-turbo
     base_url: Optional[str] = None  # None: api.openai.com; else any OpenAI-compatible server
@@ -121,13 +134,62 @@ class SettingConfig:
 
 
 @dataclass
+class LoraHyperparameters:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    target_modules: List[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+@dataclass
+class OpenAIFinetuneConfig:
+    """OpenAI fine-tuning jobs (API evaluators). null hyperparameters = the API's defaults, as in the paper."""
+
+    n_epochs: Optional[int] = None
+    batch_size: Optional[int] = None
+    learning_rate_multiplier: Optional[float] = None
+    poll_interval_s: float = 30.0
+    # Stop waiting after this long; the job keeps running and a re-run resumes polling the same job.
+    wait_timeout_s: float = 6 * 3600.0
+
+
+@dataclass
 class FinetuneTaskConfig:
+    """Fine-tuning of the evaluator before it judges (selfpref_sweep/finetune/)."""
+
     name: FinetuneTaskName = FinetuneTaskName.none
+    # Train on the first n_articles of finetune_dataset (the paper: 2, 10, 500).
+    n_articles: Optional[int] = None
+    seed: int = 0
+    # pairwise prompt the examples use (a key of prompts.pairwise); null: recognition for
+    # recognition / always_1 / random, the task's own control question for length / vowel / readability.
+    question: Optional[str] = None
+    # Other sources paired with the evaluator's own summaries: "human" (the reference) and imported keys
+    # (gpt4, gpt35, claude, llama). null: every source the dataset carries except the evaluator's own.
+    others: Optional[List[str]] = None
+    # Local trainer (peft LoRA; loss on the answer token only).
+    lora: LoraHyperparameters = field(default_factory=LoraHyperparameters)
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    epochs: int = 1
+    batch_size: int = 1
+    max_steps: Optional[int] = None  # cap on optimizer steps (null: epochs over every example)
+    dtype: Optional[str] = None  # training dtype; null: the evaluator's (bf16 where the CPU supports it)
+    # API trainer.
+    openai: OpenAIFinetuneConfig = field(default_factory=OpenAIFinetuneConfig)
+    # The paper's inverse-causation check: the fine-tuned model writes new summaries and judges them
+    # against its base model's.
+    inverse_check: bool = False
+    # Where adapters / job states live; null: <paths.model_cache>/finetunes.
+    cache_dir: Optional[str] = None
 
 
 @dataclass
 class LabelConfig:
     name: LabelName = LabelName.none
+    # Display names used in the labels, by evaluator/source name; unlisted ones use the config's
+    # display_name, else its name (the paper used its raw keys: gpt4, gpt35, llama, human, claude).
+    display_names: Dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -145,6 +207,11 @@ class PromptsConfig:
     pairwise: Dict[str, PromptPair] = field(default_factory=dict)
     # Answer strings of each judge prompt; every spelling (" 1", "1", ...) counts.
     pairwise_answers: List[str] = field(default_factory=lambda: ["1", "2"])
+    # The preference prompt with source labels ({label1}, {label2}), for label != none.
+    pairwise_labelled: Dict[str, PromptPair] = field(default_factory=dict)
+    # One summary at a time ({summary}), and the answers of each question.
+    individual: Dict[str, PromptPair] = field(default_factory=dict)
+    individual_answers: Dict[str, List[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -153,6 +220,18 @@ class SummariesConfig:
     # applied to every source alike so that formatting is not a give-away.
     standardize: bool = True
     max_new_tokens: int = 100
+
+
+class TooLong(str, Enum):
+    truncate = "truncate"  # cut the article to fit, and record it per item
+    refuse = "refuse"  # exclude the item (counted as article_too_long)
+
+
+@dataclass
+class ArticlesConfig:
+    too_long: TooLong = TooLong.truncate
+    # Conservative characters per token for the fit check (English runs ~4): no tokenizer needed.
+    chars_per_token: float = 3.0
 
 
 @dataclass
@@ -194,16 +273,21 @@ class Config:
     dataset: DatasetConfig = MISSING
     setting: SettingConfig = MISSING
     finetune_task: FinetuneTaskConfig = MISSING
+    # The dataset the evaluator is fine-tuned on; null: the cell's dataset (in-domain).
+    finetune_dataset: Optional[DatasetConfig] = None
     label: LabelConfig = MISSING
     prompts: PromptsConfig = MISSING
     summaries: SummariesConfig = field(default_factory=SummariesConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
+    articles: ArticlesConfig = field(default_factory=ArticlesConfig)
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     seed: int = 0
     show_progress: bool = True
+    # Plan only: list the grid's cells with the calls not yet cached, tokens and estimated cost.
+    plan: bool = False
 
 
 def register_configs() -> None:

@@ -15,3 +15,7 @@ class DataError(SelfprefError):
 
 class ModelUnavailableError(SelfprefError):
     """Weights, packages or a server that a model needs are not available here."""
+
+
+class StorageError(SelfprefError):
+    """Results could not be written (disk full, permissions)."""

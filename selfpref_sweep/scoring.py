@@ -103,7 +103,7 @@ def summarize_question(items: Iterable[dict], question: str, n_resamples: int, c
         if it[question]["excluded"]:
             r = it[question]["exclusion_reason"]
             reasons[r] = reasons.get(r, 0) + 1
-    consistent = [it[question]["consistent"] for it in scored]
+    consistent = [it[question]["consistent"] for it in scored if it[question]["consistent"] is not None]
     return {
         **stats,
         "n": len(scored),
@@ -112,3 +112,37 @@ def summarize_question(items: Iterable[dict], question: str, n_resamples: int, c
         "position_consistency": (sum(consistent) / len(consistent)) if consistent else None,
     }
 
+
+
+# ------------------------------------------------------------------------- individual setting
+ZERO_DENOMINATOR = "zero_denominator"  # own and other both scored 0: own/(own+other) is 0/0
+
+
+def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> Dict:
+    """recognition: P(first answer, "Yes") renormalized over the answers; preference: the expected
+    score under the renormalized distribution over "1".."5" (answers are the score values)."""
+    p = [max(0.0, float(dist.probs.get(a, 0.0))) for a in answers]
+    mass = sum(p)
+    if mass <= 0:
+        value = None
+    elif question == "recognition":
+        value = p[0] / mass
+    else:
+        value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
+    return {"probs": dict(zip(answers, p)), "mass": mass, "value": value, "method": dist.method,
+            "missing_reason": dist.missing_reason}
+
+
+def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
+    """The paper's per-article normalization: own / (own + other); 0.5 = no bias."""
+    reason = None
+    if own["value"] is None or other["value"] is None:
+        missing = own if own["value"] is None else other
+        reason = missing["missing_reason"] or NO_ANSWER_PROBABILITY
+    elif min(own["mass"], other["mass"]) < min_mass:
+        reason = LOW_ANSWER_MASS
+    elif own["value"] + other["value"] <= 0:
+        reason = ZERO_DENOMINATOR
+    score = None if reason else own["value"] / (own["value"] + other["value"])
+    return {"score": score, "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
+            "summaries": {"own": own, "other": other}}

@@ -8,6 +8,8 @@ exclusions: NO-ANSWER-MASS puts all probability elsewhere, LOW-ANSWER-MASS puts 
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from typing import Iterator, Sequence, Tuple
 
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI,
@@ -37,13 +39,16 @@ class FakeModel(ModelAPI):
 
     def answer_distributions(self, requests: Sequence[AnswerRequest]
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        delay = float(os.environ.get("FAKE_DELAY_S", "0"))  # slow calls, to kill a sweep mid-cell
         for req in requests:
+            time.sleep(delay)
             prompt = "\n".join(m.content for m in req.messages)
             if "NO-ANSWER-MASS" in prompt:
                 probs = {a: 0.0 for a in req.answers}
             else:
-                h = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+                digest = hashlib.sha256(prompt.encode()).digest()
+                weights = [0.2 + digest[k] / 255 for k in range(len(req.answers))]
                 mass = 0.1 if "LOW-ANSWER-MASS" in prompt else 0.95
-                probs = {req.answers[0]: mass * (0.2 + 0.6 * h), req.answers[1]: mass * (0.8 - 0.6 * h)}
+                probs = {a: mass * w / sum(weights) for a, w in zip(req.answers, weights)}
             yield req, AnswerDistribution(probs=probs, method="full_distribution",
                                           prompt_tokens=len(prompt.split()))

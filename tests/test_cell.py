@@ -130,3 +130,67 @@ def test_sweep_runs_every_cell_and_the_analysis(tmp_path):
     assert "paper_xsum" in (failed / "cell.error.txt").read_text()
     assert not (failed / "summary.json").exists()
     assert (done / "summary.json").exists()
+
+
+def test_parallel_cells_share_the_store(tmp_path):
+    """Hydra's joblib launcher runs cells in parallel processes over one store; a re-run is all hits."""
+    env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "WANDB_MODE": "disabled",
+           "SELFPREF_STORE": str(tmp_path / "calls.sqlite")}
+
+    def sweep(name):
+        cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
+               "source=human,fake_other", "dataset.n_articles=4", "show_progress=false", "hydra/launcher=joblib",
+               "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / name}", "hydra.callbacks.analysis.enabled=false"]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return [json.loads((tmp_path / name / str(i) / "summary.json").read_text()) for i in range(2)]
+
+    first = sweep("a")
+    assert all(s["model_calls"] > 0 for s in first)
+    again = sweep("b")
+    assert [s["model_calls"] for s in again] == [0, 0]
+    assert [s["recognition"]["mean"] for s in again] == [s["recognition"]["mean"] for s in first]
+
+
+def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch):
+    import errno
+
+    from selfpref_sweep import cell as cell_module
+    from selfpref_sweep.errors import StorageError
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=2"])
+    with monkeypatch.context() as m:
+        m.setattr(cell_module.os, "fsync", full)
+        with pytest.raises(StorageError, match="No space left"):
+            run_cell(cfg, tmp_path / "cell")
+    assert list((tmp_path / "cell").iterdir()) == []  # no results.jsonl, no summary.json, no temp file
+    assert run_cell(cfg, tmp_path / "cell")["model_calls"] == 0  # the re-run only reads the cache
+
+
+@pytest.mark.parametrize("policy", ["truncate", "refuse"])
+def test_article_longer_than_the_context(compose_cfg, tmp_path, monkeypatch, policy):
+    from selfpref_sweep import data
+
+    real = data.load_demo
+
+    def long_first(cfg):
+        ds = real(cfg)
+        a = ds.articles[0]
+        ds.articles[0] = data.Article(a.id, a.text + " filler" * 3000, a.reference)
+        return ds
+
+    monkeypatch.setitem(data.LOADERS, "demo", long_first)
+    # a 2000-token context leaves (2000 - 400 - 300) x 3 = 3900 characters of article
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=2", "evaluator.context_tokens=2000",
+                       f"articles.too_long={policy}"])
+    s = run_cell(cfg, tmp_path / "cell")
+    items = read_items(tmp_path / "cell")
+    if policy == "truncate":
+        assert s["n_truncated_articles"] == 1 and s["n_excluded"] == 0
+        assert items[0]["article_truncated"] is True and items[1]["article_truncated"] is False
+    else:
+        assert s["n_excluded"] == 1 and s["exclusions"] == {"article_too_long": 1}
+        assert items[0]["recognition"]["exclusion_reason"] == "article_too_long"

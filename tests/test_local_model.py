@@ -9,7 +9,8 @@ from omegaconf import OmegaConf
 
 from selfpref_sweep.cell import run_cell
 from selfpref_sweep.models.base import AnswerRequest
-from selfpref_sweep.models.local import answer_token_ids, common_prefix_len
+from selfpref_sweep.models.local import answer_token_ids
+from selfpref_sweep.models.prefix import common_prefix_len
 from selfpref_sweep.prompts import pairwise_messages
 
 

@@ -74,7 +74,7 @@ class AnalysisCallback(Callback):
     # --- Hydra hooks -----------------------------------------------------------------------------
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if not (self.enabled and self.run_if_sweep_fails):
+        if not (self.enabled and self.run_if_sweep_fails) or config.get("plan"):
             return
         try:
             # ${now:...} in sweep.dir is cached by Hydra, so this is the directory the cells use.
@@ -85,6 +85,11 @@ class AnalysisCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._disarm()
+        if config.get("plan"):  # a plan=true grid ran nothing: print the grid's plan instead
+            from ..plan import summarize_plans
+
+            summarize_plans(_sweep_dir(config))
+            return
         if not self.enabled:
             return
         try:

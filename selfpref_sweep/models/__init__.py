@@ -17,7 +17,7 @@ from .cached import CachedModel
 # backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, paths).
 BACKENDS: Dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
-    # "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  (the API issue fills this slot)
+    "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
 }
 
 

@@ -59,6 +59,13 @@ class CachedModel:
             bar.close()
         return results
 
+    def cached(self, request) -> Optional[object]:
+        """The stored result of a request, without calling the model (plan mode)."""
+        value = self.store.get(request.cache_key())
+        if value is None:
+            return None
+        return (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
+
     def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> Dict[GenerateRequest, Generation]:
         return self._run(requests, "generate", Generation.from_json, lambda r: self.backend.generate(r), desc)
 

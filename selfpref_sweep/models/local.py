@@ -1,14 +1,15 @@
 """Local backend: Hugging Face transformers on CPU (or a GPU when there is one).
 
 Judging reads the full next-token distribution at the answer position and sums, for each answer,
-the probability of every vocabulary token that spells it ("1", " 1", ...). Batches of judge prompts
-are scored in lexicographic token order, keeping the KV cache of the previous prompt and cropping it
-to the shared prefix, so each distinct prefix (chat header + article, then the first summary) is
-computed once: the work done equals the number of distinct prefix tokens in the batch.
+the probability of every vocabulary token that spells it ("1", " 1", ...). A batch of judge prompts
+is walked over its shared prefixes (models/prefix.py): each distinct prefix (chat header + article,
+then the first summary) goes through the model once into the KV cache, and the prompts that branch
+off at the same point are scored together in one padded batch on a copy of that cache.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from functools import cached_property
@@ -17,6 +18,7 @@ from typing import Dict, Iterator, List, Sequence, Tuple
 from omegaconf import DictConfig
 
 from ..errors import ModelUnavailableError
+from .prefix import Extend, schedule
 from .base import AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity
 from .weights import local_hf_dir, weights_fingerprint
 
@@ -24,14 +26,6 @@ log = logging.getLogger(__name__)
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 def answer_token_ids(decoded_vocab: Sequence[str], answer: str, special_ids: set) -> List[int]:
@@ -55,6 +49,7 @@ class LocalModel(ModelAPI):
         self.identity = self.identity_for(cfg)
         self.model_cache = model_cache
         self.prefix_reuse = bool(cfg.get("prefix_reuse", True))
+        self.max_batch = 8  # prompts scored together after a shared prefix
         self._answer_ids: Dict[str, List[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
@@ -85,6 +80,8 @@ class LocalModel(ModelAPI):
             ) from exc
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device).eval()
+        if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):
+            self.prefix_reuse = False  # sliding-window layers keep no full prefix to crop back to
         if self.cfg.chat and not self.tokenizer.chat_template:
             raise ModelUnavailableError(f"Model {self.cfg.name!r} has no chat template; set chat: false and a "
                                         f"completion_prompt to use it as a summary source.")
@@ -137,32 +134,58 @@ class LocalModel(ModelAPI):
     # ------------------------------------------------------------------ judging
     def answer_distributions(self, requests: Sequence[AnswerRequest]
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        prompts = [self.encode(self.render(r.messages)) for r in requests]
+        if not self.prefix_reuse:
+            for ids, req in zip(prompts, requests):
+                probs = self._forward_last([ids], cache=None, start=0)[0]
+                self.tokens_computed += len(ids)
+                self.tokens_requested += len(ids)
+                yield req, self._distribution(probs, req.answers, len(ids))
+            return
+        cache, cache_len = None, 0
+        for step in schedule(prompts, max_batch=self.max_batch):
+            if cache is not None and cache_len > step.start:
+                cache.crop(step.start - cache_len)  # back to the shared prefix this step starts from
+                cache_len = step.start
+            if isinstance(step, Extend):
+                cache = self._extend(prompts[step.prompt][step.start:step.end], cache)
+                cache_len = step.end
+                self.tokens_computed += step.end - step.start
+                continue
+            suffixes = [prompts[i][step.start:] for i in step.prompts]
+            all_probs = self._forward_last(suffixes, cache=cache if step.start else None, start=step.start)
+            self.tokens_computed += sum(map(len, suffixes))
+            for i, probs in zip(step.prompts, all_probs):
+                self.tokens_requested += len(prompts[i])
+                yield requests[i], self._distribution(probs, requests[i].answers, len(prompts[i]))
+
+    def _extend(self, ids: List[int], cache):
         torch = self.torch
-        encoded = [(self.encode(self.render(r.messages)), r) for r in requests]
-        encoded.sort(key=lambda pair: pair[0])  # neighbours share the longest prefixes
-        cache, cached_ids = None, []
-        for ids, req in encoded:
-            keep = 0
-            if cache is not None and self.prefix_reuse:
-                # Always recompute at least the last token: its logits are the answer.
-                keep = min(common_prefix_len(cached_ids, ids), len(ids) - 1)
-                if keep == 0:
-                    cache = None
-                else:
-                    cache.crop(keep - cache.get_seq_length())
-            else:
-                cache = None
-            new = torch.tensor([ids[keep:]], device=self.device)
-            with torch.inference_mode():
-                out = self.model(input_ids=new, past_key_values=cache, use_cache=self.prefix_reuse, logits_to_keep=1)
-            self.tokens_computed += len(ids) - keep
-            self.tokens_requested += len(ids)
-            if self.prefix_reuse:
-                cache, cached_ids = out.past_key_values, ids
-                if not _croppable(cache):
-                    self.prefix_reuse, cache = False, None  # sliding-window layers cannot be cropped
-            probs = torch.softmax(out.logits[0, -1].float(), dim=-1)
-            yield req, self._distribution(probs, req.answers, len(ids))
+        with torch.inference_mode():
+            out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), past_key_values=cache,
+                                           use_cache=True)
+        if not _croppable(out.past_key_values):
+            raise ModelUnavailableError(f"{self.cfg.name}: its KV cache cannot be cropped (sliding-window "
+                                        f"layers); set prefix_reuse: false for this model.")
+        return out.past_key_values
+
+    def _forward_last(self, suffixes: List[List[int]], cache, start: int):
+        """Next-token probabilities after each suffix, all in one right-padded batch on top of a
+        copy of the shared prefix's cache. With right padding no real token attends to a pad
+        (attention is causal), so no mask is needed; each row is read at its last real token."""
+        torch = self.torch
+        width = max(map(len, suffixes))
+        pad = self._stop_ids[0]
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], device=self.device)
+        if cache is not None:
+            cache = copy.deepcopy(cache)  # the shared prefix stays intact for the next batch
+            if len(suffixes) > 1:
+                cache.batch_repeat_interleave(len(suffixes))
+        with torch.inference_mode():
+            hidden = self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=cache is not None)
+            last = hidden.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
+            logits = self.model.get_output_embeddings()(last).float()
+        return torch.softmax(logits, dim=-1)
 
     def _distribution(self, probs, answers: Sequence[str], n_prompt: int) -> AnswerDistribution:
         per_answer = {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}

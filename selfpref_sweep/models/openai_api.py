@@ -1,0 +1,452 @@
+"""OpenAI backend: the chat-completions API of OpenAI or of any OpenAI-compatible server.
+
+Judging reads the first generated token's `top_logprobs` (temperature 0, one token) and sums, per
+answer, the probability of every listed token that spells it (" 1", "1", "Yes", " yes", ...), as
+the local backend does over its whole vocabulary. What the API does not give is recorded, never
+dropped: a response without logprobs has `missing_reason="no_logprobs"` (or, with
+`sample_fallback_k > 0`, probabilities estimated from k samples, method "sampled"), and answers
+absent from the top list get probability 0 with `missing_reason="answers_not_in_top_logprobs"`.
+
+Requests run `max_concurrency` at a time and are yielded as each completes, so the caller caches
+every finished call at once. Transient failures (429, 5xx, timeouts, dropped connections) are
+retried by one policy (tenacity: exponential backoff with jitter, honouring Retry-After); the
+openai client's own retries are off. Permanent failures (bad key, unknown model, bad request) and
+an outage that outlasts the retries raise ModelUnavailableError; pending work is cancelled, and
+whatever finished before that has already been yielded, so a re-run resumes from the cache.
+
+The API key is read from the environment variable `api_key_env` and lives only inside the client:
+it is not part of the identity, cache keys, logs, repr or any message this module raises.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import ipaddress
+import logging
+import math
+import os
+import random
+import threading
+import time
+from collections import Counter
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from urllib.parse import urlparse
+
+from omegaconf import DictConfig
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+from ..errors import ConfigError, ModelUnavailableError
+from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
+                   unique)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
+MAX_TOP_LOGPROBS = 20  # OpenAI's limit
+MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is capped; the retry budget then decides
+SHUTDOWN_GRACE_S = 1.0  # after a fatal error, results finishing within this are still yielded
+_TRANSIENT_STATUS = {408, 409, 429}  # plus every 5xx
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+# ---------------------------------------------------------------------------------------- config
+def _cfg_value(cfg: DictConfig, key: str, default=None):
+    """cfg[key], turning an unset required value (`???`, or an unset ${oc.env:...}) into a message
+    that says what to set."""
+    try:
+        value = cfg.get(key, default)
+    except (MissingMandatoryValue, InterpolationResolutionError) as exc:
+        name = _safe_name(cfg)
+        detail = str(exc).splitlines()[0]
+        raise ConfigError(
+            f"Model {name!r} (backend openai) needs `{key}` ({detail}); set it on the command line, e.g. "
+            f"evaluator.{key}=... or source.model.{key}=..."
+        ) from None
+    return default if value is None else value
+
+
+def _safe_name(cfg: DictConfig) -> str:
+    try:
+        return str(cfg.get("name", "?"))
+    except MissingMandatoryValue:
+        return "?"
+
+
+def _base_url(cfg: DictConfig) -> str:
+    return str(_cfg_value(cfg, "base_url") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def answer_matches(token: str, answer: str) -> bool:
+    """The same rule as local.answer_token_ids: whitespace aside, letters in any case."""
+    want = answer.strip()
+    t = token.strip()
+    return t == want or (want.isalpha() and t.lower() == want.lower())
+
+
+# --------------------------------------------------------------------------------------- errors
+class _Cancelled(Exception):
+    """Another request failed for good; this one stops instead of retrying."""
+
+
+def _status(exc: BaseException) -> Optional[int]:
+    return getattr(exc, "status_code", None)
+
+
+def _error_code(exc: BaseException) -> Optional[str]:
+    code = getattr(exc, "code", None)
+    body = getattr(exc, "body", None)
+    if code is None and isinstance(body, dict):
+        inner = body.get("error") if isinstance(body.get("error"), dict) else body
+        code = inner.get("code")
+    return str(code) if code is not None else None
+
+
+def is_transient(exc: BaseException) -> bool:
+    import openai
+
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return True
+    status = _status(exc)
+    if status is None:
+        return False
+    if status == 429 and _error_code(exc) == "insufficient_quota":
+        return False  # billing: waiting does not help
+    return status in _TRANSIENT_STATUS or status >= 500
+
+
+def retry_after_s(exc: BaseException) -> Optional[float]:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:  # an HTTP date
+            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _describe(exc: BaseException) -> str:
+    """A short description of an API error (status, type, server message) without the request."""
+    status = _status(exc)
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    kind = type(exc).__name__
+    return f"{kind} (HTTP {status}): {message}" if status is not None else f"{kind}: {message}"
+
+
+# -------------------------------------------------------------------------------------- backend
+class OpenAIModel(ModelAPI):
+    def __init__(self, cfg: DictConfig, model_cache: Optional[str] = None, show_progress: bool = True):
+        import openai  # lazily: only cells that use an API model need the client
+
+        self.cfg = cfg
+        self.identity = self.identity_for(cfg)
+        self.name = _safe_name(cfg)
+        self.api_model = str(_cfg_value(cfg, "api_model"))
+        self.base_url = _base_url(cfg)
+        self.max_concurrency = max(1, int(_cfg_value(cfg, "max_concurrency", 8)))
+        self.top_logprobs = max(0, min(int(_cfg_value(cfg, "top_logprobs", MAX_TOP_LOGPROBS)), MAX_TOP_LOGPROBS))
+        self.timeout_s = float(_cfg_value(cfg, "timeout_s", 60.0))
+        self.max_retries = max(0, int(_cfg_value(cfg, "max_retries", 6)))
+        self.sample_fallback_k = max(0, int(_cfg_value(cfg, "sample_fallback_k", 0)))
+        self._n_supported: Optional[bool] = None  # whether the server honours n > 1
+        key = self._api_key(cfg)
+        self._secrets = tuple(s for s in (key,) if s and s != NO_KEY)
+        self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
+        self.calls_made = 0  # HTTP attempts, retries included
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def identity_for(cls, cfg: DictConfig) -> ModelIdentity:
+        api_model = _cfg_value(cfg, "api_model")
+        if not api_model:
+            raise ConfigError(f"Model {_safe_name(cfg)!r} (backend openai) has no `api_model`, e.g. gpt-4o-mini.")
+        return ModelIdentity(name=cfg.name, backend="openai", weights=f"api:{_base_url(cfg)}:{api_model}", dtype="",
+                             adapter=cfg.get("adapter"))
+
+    def _api_key(self, cfg: DictConfig) -> str:
+        env = str(_cfg_value(cfg, "api_key_env", "OPENAI_API_KEY"))
+        key = os.environ.get(env, "").strip()
+        if key:
+            return key
+        if is_loopback(self.base_url):
+            return NO_KEY
+        raise ModelUnavailableError(
+            f"Model {self.name!r} calls {self.base_url} but the environment variable {env} (which should hold "
+            f"its API key) is not set. Export it (export {env}=...) or point base_url at a local server."
+        )
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIModel(name={self.name!r}, api_model={self.api_model!r}, base_url={self.base_url!r})"
+
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    # ------------------------------------------------------------------------------- one call
+    def _with_retry(self, fn: Callable[[], T], stop: threading.Event, what: str) -> T:
+        """fn() under the retry policy; transient errors are retried, others raise at once."""
+        from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+        backoff = wait_exponential_jitter(initial=0.5, max=30.0, jitter=0.5)
+
+        def wait_for(state: RetryCallState) -> float:
+            after = retry_after_s(state.outcome.exception())
+            if after is not None:
+                return min(after, MAX_RETRY_AFTER_S) + random.uniform(0.0, 0.1)
+            return backoff(state)
+
+        def before_sleep(state: RetryCallState) -> None:
+            with self._lock:
+                self.retries += 1
+            log.warning("%s: %s; retry %d/%d in %.1fs", self.identity.label,
+                        self._scrub(_describe(state.outcome.exception())), state.attempt_number, self.max_retries,
+                        state.next_action.sleep if state.next_action else 0.0)
+
+        def attempt() -> T:
+            if stop.is_set():
+                raise _Cancelled()
+            with self._lock:
+                self.calls_made += 1
+            return fn()
+
+        retrying = Retrying(
+            retry=retry_if_exception(is_transient),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=wait_for,
+            sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        failure: Optional[str] = None
+        try:
+            return retrying(attempt)
+        except _Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001 - translated below, outside the except block
+            import openai
+
+            if not isinstance(exc, openai.OpenAIError):
+                raise
+            if stop.is_set():
+                raise _Cancelled() from None
+            if is_transient(exc):
+                failure = (f"{self.identity.label} ({self.base_url}) still failing after {self.max_retries + 1} "
+                           f"attempts at {what}: {_describe(exc)}. Every result finished before this is cached; "
+                           f"re-run to resume.")
+            else:
+                failure = self._permanent_message(exc, what)
+        # Raised here, not inside `except`, so the exception does not carry the openai error (and its
+        # request, whose headers hold the key) as its context.
+        raise ModelUnavailableError(self._scrub(failure))
+
+    def _permanent_message(self, exc: BaseException, what: str) -> str:
+        status = _status(exc)
+        where = f"{self.identity.label} ({self.api_model} at {self.base_url})"
+        env = self.cfg.get("api_key_env", "OPENAI_API_KEY")
+        hint = {
+            401: f"the API key was rejected; check the environment variable {env}",
+            403: f"the API key in {env} is not allowed to use this model or endpoint",
+            404: f"unknown model or endpoint; check api_model={self.api_model!r} and base_url",
+            400: "the server rejected the request",
+            422: "the server rejected the request",
+            429: "the account is out of quota",
+        }.get(status or 0, "the request failed")
+        return f"{where}: {hint}. {_describe(exc)} (while {what})"
+
+    def _chat(self, stop: threading.Event, what: str, **kwargs):
+        return self._with_retry(
+            lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what)
+
+    # ------------------------------------------------------------------------------- fan-out
+    def _fan_out(self, requests: Sequence[R], work: Callable[[R, threading.Event], T]) -> Iterator[Tuple[R, T]]:
+        """work(request) for every request, `max_concurrency` in flight; yields as each completes."""
+        requests = unique(requests)
+        if not requests:
+            return
+        stop = threading.Event()
+
+        def guarded(req: R) -> T:
+            try:
+                return work(req, stop)
+            except _Cancelled:
+                raise
+            except BaseException:
+                stop.set()  # at once, so no other worker sends another request
+                raise
+
+        pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests)),
+                                  thread_name_prefix=f"openai-{self.name}")
+        futures: Dict[Future, R] = {pool.submit(guarded, req): req for req in requests}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                error: Optional[BaseException] = None
+                finished: List[Tuple[R, T]] = []
+                for fut in done:
+                    exc = fut.exception()
+                    if exc is None:
+                        finished.append((futures[fut], fut.result()))
+                    elif error is None or isinstance(error, _Cancelled):
+                        error = exc
+                for pair in finished:
+                    yield pair
+                if error is not None:
+                    stop.set()
+                    for fut in pending:
+                        fut.cancel()
+                    # Keep what is just finishing: it is paid for, and the caller caches it.
+                    late, _ = wait(pending, timeout=SHUTDOWN_GRACE_S)
+                    for fut in late:
+                        if not fut.cancelled() and fut.exception() is None:
+                            yield futures[fut], fut.result()
+                    raise error
+        finally:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------------------ generation
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+        for req in requests:
+            if not req.messages:
+                raise ConfigError(
+                    f"Model {self.name!r} uses the chat-completions API; completion-style prompts (chat: false, "
+                    f"completion_prompt) are not supported by the openai backend. Use a chat model."
+                )
+        return self._fan_out(requests, self._generate_one)
+
+    def _generate_one(self, req: GenerateRequest, stop: threading.Event) -> Generation:
+        kwargs = dict(messages=_messages(req), temperature=req.temperature, max_tokens=req.max_new_tokens)
+        if req.stop:
+            kwargs["stop"] = list(req.stop)[:4]  # the API takes at most 4
+        resp = self._chat(stop, "generating", **kwargs)
+        choice = resp.choices[0] if resp.choices else None
+        text = (choice.message.content if choice and choice.message else None) or ""
+        if choice is not None and not text:
+            log.warning("%s returned no text (finish_reason=%s)", self.identity.label, choice.finish_reason)
+        for s in req.stop:
+            text = text.split(s)[0]
+        prompt_tokens, completion_tokens = _usage(resp)
+        return Generation(text=text.strip(), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+    # --------------------------------------------------------------------------------- judging
+    def answer_distributions(self, requests: Sequence[AnswerRequest]
+                             ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        return self._fan_out(requests, self._judge_one)
+
+    def _judge_one(self, req: AnswerRequest, stop: threading.Event) -> AnswerDistribution:
+        kwargs = dict(messages=_messages(req), temperature=0, max_tokens=1, logprobs=True)
+        if self.top_logprobs > 0:
+            kwargs["top_logprobs"] = self.top_logprobs
+        resp = self._chat(stop, "judging", **kwargs)
+        prompt_tokens, completion_tokens = _usage(resp)
+        top = _first_token_top_logprobs(resp)
+        if top is None:
+            if self.sample_fallback_k > 0:
+                return self._sampled(req, stop, prompt_tokens, completion_tokens)
+            return AnswerDistribution(probs={a: 0.0 for a in req.answers}, method="unavailable",
+                                      prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                      missing_reason="no_logprobs")
+        return distribution_from_top_logprobs(top, req.answers, prompt_tokens, completion_tokens)
+
+    def _sampled(self, req: AnswerRequest, stop: threading.Event, prompt_tokens: int,
+                 completion_tokens: int) -> AnswerDistribution:
+        """No logprobs: estimate each answer's probability from k samples at temperature 1."""
+        k = self.sample_fallback_k
+        texts: List[str] = []
+        base = dict(messages=_messages(req), temperature=1.0, max_tokens=1)
+        if self._n_supported is not False:
+            resp = self._chat(stop, "sampling", n=k, **base)
+            texts += [(c.message.content or "") for c in resp.choices[:k]]
+            p, c = _usage(resp)
+            prompt_tokens, completion_tokens = prompt_tokens + p, completion_tokens + c
+            self._n_supported = len(resp.choices) >= k
+        while len(texts) < k:
+            resp = self._chat(stop, "sampling", **base)
+            texts.append((resp.choices[0].message.content or "") if resp.choices else "")
+            p, c = _usage(resp)
+            prompt_tokens, completion_tokens = prompt_tokens + p, completion_tokens + c
+        counts = {a: sum(1 for t in texts if answer_matches(t, a)) for a in req.answers}
+        probs = {a: counts[a] / k for a in req.answers}
+        seen = Counter(texts).most_common(5)
+        return AnswerDistribution(probs=probs, method="sampled", top_tokens=[(t, n / k) for t, n in seen],
+                                  prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  missing_reason=None if any(counts.values()) else "answers_not_in_samples")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+# -------------------------------------------------------------------------------------- helpers
+def _messages(req) -> List[dict]:
+    return [{"role": m.role, "content": m.content} for m in req.messages]
+
+
+def _usage(resp) -> Tuple[int, int]:
+    usage = getattr(resp, "usage", None)
+    if usage is None:
+        return 0, 0
+    return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+
+
+def _first_token_top_logprobs(resp) -> Optional[List[Tuple[str, float]]]:
+    """(token, logprob) of the first generated token's top list; None when the response has none."""
+    if not resp.choices:
+        return None
+    lp = resp.choices[0].logprobs
+    content = getattr(lp, "content", None) if lp is not None else None
+    if not content:
+        return None
+    first = content[0]
+    top = [(t.token, float(t.logprob)) for t in (first.top_logprobs or [])]
+    if not top and first.token is not None and first.logprob is not None:
+        top = [(first.token, float(first.logprob))]
+    return top or None
+
+
+def distribution_from_top_logprobs(top: Sequence[Tuple[str, float]], answers: Sequence[str],
+                                   prompt_tokens: int = 0, completion_tokens: int = 0) -> AnswerDistribution:
+    """Sum exp(logprob) over every listed spelling of each answer."""
+    probs = {a: 0.0 for a in answers}
+    for token, logprob in top:
+        p = math.exp(logprob) if math.isfinite(logprob) else 0.0
+        for a in answers:
+            if answer_matches(token, a):
+                probs[a] += p
+    ranked = sorted(top, key=lambda t: -t[1])[:5]
+    top_tokens = [(tok, round(math.exp(lp), 6) if math.isfinite(lp) else 0.0) for tok, lp in ranked]
+    missing = None if any(p > 0 for p in probs.values()) else "answers_not_in_top_logprobs"
+    return AnswerDistribution(probs=probs, method="logprobs", top_tokens=top_tokens, prompt_tokens=prompt_tokens,
+                              completion_tokens=completion_tokens, missing_reason=missing)

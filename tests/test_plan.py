@@ -1,0 +1,44 @@
+import json
+import os
+import subprocess
+import sys
+
+from selfpref_sweep.cell import run_cell
+from selfpref_sweep.plan import plan_cell
+from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
+
+
+def test_plan_counts_uncached_calls_and_spends_nothing(compose_cfg, tmp_path):
+    from tests import fakes
+
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=3"])
+    fakes.CONSTRUCTED.clear()
+    plan = plan_cell(cfg, tmp_path / "plan")
+    assert fakes.CONSTRUCTED == []  # no model was built
+    # 3 summaries + (3 articles x 2 questions x 2 orders) judge calls, none cached yet
+    assert plan["uncached_calls"] == 3 + 12
+    assert plan["prompt_tokens_est"] > 0 and plan["cost_usd_est"] is None  # a price-less model: unknown cost
+    assert json.loads((tmp_path / "plan" / "plan.json").read_text())["uncached_calls"] == 15
+    run_cell(cfg, tmp_path / "cell")
+    assert plan_cell(cfg, tmp_path / "plan2")["uncached_calls"] == 0
+
+
+def test_plan_prices_api_style_models(compose_cfg, tmp_path):
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=2", "evaluator.price_per_mtok_prompt=1.0",
+                       "evaluator.price_per_mtok_completion=2.0"])
+    plan = plan_cell(cfg, tmp_path / "plan")
+    expected = (plan["prompt_tokens_est"] * 1.0 + plan["completion_tokens_est"] * 2.0) / 1e6
+    assert plan["cost_usd_est"] == round(expected, 4)
+
+
+def test_plan_grid_prints_every_cell_and_a_total(tmp_path):
+    env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "WANDB_MODE": "disabled",
+           "SELFPREF_STORE": str(tmp_path / "calls.sqlite")}
+    proc = subprocess.run([sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
+                           "source=human,fake_other", "setting=pairwise,individual", "dataset.n_articles=2",
+                           "plan=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "plan for 4 cells" in proc.stdout and "Nothing was spent" in proc.stdout
+    assert not list((tmp_path / "sweep").glob("*/summary.json"))  # nothing ran
+    assert not (tmp_path / "sweep" / "report.html").exists()
