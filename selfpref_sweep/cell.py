@@ -13,6 +13,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .data import Article, load_dataset
 from .errors import ConfigError, DataError, StorageError
+from .finetune import (cell_fields, drop_training_articles, eval_dataset_cfg, log_to_wandb,
+                       prepare_finetuned_evaluator)
 from .judging import Pair, assign_labels, judge_individual, judge_pairwise
 from .models import load_model
 from .models.cached import CachedModel
@@ -85,9 +87,7 @@ def cell_description(cfg: DictConfig) -> Dict[str, Any]:
         "setting": _value(cfg.setting.name),
         "label": _value(cfg.label.name),
         "finetune_task": finetune,
-        "finetune_dataset": None,
-        "finetune_n_articles": None,
-        "transfer": "none",
+        **cell_fields(cfg),  # finetune_dataset, finetune_n_articles, transfer (none / in_domain / cross_dataset)
     }
 
 
@@ -135,14 +135,25 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
     show = bool(cfg.show_progress)
 
     store = Store(cfg.store.path)
-    dataset = load_dataset(cfg.dataset)
+    # In-domain fine-tunes: evaluation starts after the training articles (the paper's keys[N:]).
+    dataset = load_dataset(eval_dataset_cfg(cfg))
     articles = dataset.articles
     if not articles:
         raise DataError(f"Dataset {dataset.name!r} selected no articles (n_articles={cfg.dataset.n_articles}, "
                         f"offset={cfg.dataset.offset}).")
 
-    evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, show)
+    evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, show)  # the base: writes the own summaries
     models: List[CachedModel] = [evaluator]
+    # Fine-tuned evaluator (trained once per distinct fine-tune, then cached): it judges its base model's summaries.
+    finetune = prepare_finetuned_evaluator(cfg, store, evaluator, show)  # None when finetune_task=none
+    judge = evaluator
+    n_training_dropped = 0
+    if finetune is not None:
+        judge = load_model(finetune.evaluator_cfg, store, cfg.paths.model_cache, show)
+        models.append(judge)
+        articles, n_training_dropped = drop_training_articles(articles, finetune)  # a guard; offsets did the rest
+        if not articles:
+            raise DataError(f"Every article of {dataset.name!r} was a fine-tuning article; raise dataset.offset.")
     source_kind = _value(cfg.source.kind)
     source_model = None
     if source_kind == "model":
@@ -155,6 +166,8 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
     usable, truncated, reasons = usable_articles(cfg, articles)
     max_new = int(cfg.summaries.max_new_tokens)
     own_raw = model_summaries(evaluator, cfg.evaluator, prompts, dataset, usable, max_new)
+    if finetune is not None:
+        evaluator.close()  # the base's weights are not needed while its fine-tuned copy judges
     if source_model is not None:
         other_raw = model_summaries(source_model, cfg.source.model, prompts, dataset, usable, max_new)
     else:
@@ -169,11 +182,11 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
     pairs = [Pair(a.id, a.text, own[a.id], other[a.id]) for a in usable if a.id not in reasons]
     min_mass = float(cfg.judge.min_answer_mass)
     if cell["setting"] == "individual":
-        verdicts = judge_individual(evaluator, prompts, questions, pairs, min_mass)
+        verdicts = judge_individual(judge, prompts, questions, pairs, min_mass)
     else:
         labels = assign_labels(cell["label"], pairs, display_name(cfg, cfg.evaluator),
                                display_name(cfg, cfg.source), int(cfg.seed))
-        verdicts = judge_pairwise(evaluator, prompts, questions, pairs, min_mass, labels)
+        verdicts = judge_pairwise(judge, prompts, questions, pairs, min_mass, labels)
     judged = dict(zip((p.article_id for p in pairs), verdicts))
 
     items = []
@@ -210,6 +223,18 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         "elapsed_s": None,
     }
 
+    if finetune is not None:
+        summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_training_dropped}
+        if cfg.finetune_task.inverse_check:
+            from .finetune.inverse import inverse_check
+
+            inverse = inverse_check(cfg, evaluator, judge, finetune.evaluator_cfg, dataset, articles, prompts,
+                                    ["recognition", "preference"])
+            _atomic_write(run_dir / "inverse.jsonl",
+                          "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in inverse.pop("items")))
+            summary["inverse_check"] = inverse
+        summary["model_calls"] = sum(m.calls for m in models)
+        summary["cache_hits"] = sum(m.cache_hits for m in models)
     _atomic_write(run_dir / "results.jsonl", "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items))
     summary["elapsed_s"] = round(time.time() - start, 2)
     config = redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
@@ -217,6 +242,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
                           group=wandb_group or run_dir.name, config=config)
     try:
         summary["wandb_dir"] = tracker.log_cell(summary, [_table_row(it, questions) for it in items])
+        log_to_wandb(tracker.run, summary.get("finetune"))  # the training-loss curve as its own series
     finally:
         tracker.finish()
     _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -61,7 +61,10 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     cell = cell_description(cfg)
     prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
     store = Store(cfg.store.path)
-    dataset = load_dataset(cfg.dataset)
+    from .finetune import eval_dataset_cfg, finetune_plan, format_plan, planned_evaluator_cfg
+
+    ft_plan = finetune_plan(cfg)  # None when finetune_task=none; never trains
+    dataset = load_dataset(eval_dataset_cfg(cfg))
     articles, _, _ = usable_articles(cfg, dataset.articles)
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)  # identity only; nothing loads
     ledgers = {"evaluator": _Ledger(evaluator, cfg.evaluator)}
@@ -94,10 +97,13 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     labels = assign_labels(cell["label"], known, display_name(cfg, cfg.evaluator), display_name(cfg, cfg.source),
                            int(cfg.seed))
     questions = list(cfg.setting.questions)
-    requests = flatten(request_plan(evaluator, prompts, cell["setting"], questions, known, labels))
+    judge_model = evaluator
+    if ft_plan is not None:  # the judge is the fine-tuned model: a different identity, so nothing is cached yet
+        judge_model = load_model(planned_evaluator_cfg(cfg), store, cfg.paths.model_cache, False)
+    requests = flatten(request_plan(judge_model, prompts, cell["setting"], questions, known, labels))
     judge = ledgers["evaluator"]
     for req in requests:
-        if evaluator.cached(req) is None:
+        if judge_model.cached(req) is None:
             judge.add(1, _request_tokens(req), 1)
     per_article = len(requests) // max(1, len(known)) if known else 2 * len(questions)
     judged_exactly = {p.article_id for p in known}
@@ -116,6 +122,7 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
         "prompt_tokens_est": sum(lg.prompt_tokens for lg in ledgers.values()),
         "completion_tokens_est": sum(lg.completion_tokens for lg in ledgers.values()),
         "cost_usd_est": None if any(c is None for c in costs) else round(sum(costs), 4),
+        "finetune": ft_plan,
         "by_model": {role: {"model": lg.model.identity.label, "uncached_calls": lg.calls,
                             "prompt_tokens_est": lg.prompt_tokens, "completion_tokens_est": lg.completion_tokens,
                             "cost_usd_est": lg.cost()} for role, lg in ledgers.items()},
@@ -124,6 +131,8 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     (run_dir / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
     store.close()
     print(format_plan_line(plan))
+    if ft_plan is not None:
+        print(f"        {format_plan(ft_plan)}")
     return plan
 
 
@@ -150,6 +159,10 @@ def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
     print(f"\n== plan for {len(plans)} cells ({sweep_dir}) ==")
     for i, p in enumerate(plans):
         print(f"  {i:>3}. {format_plan_line(p)[7:]}")
+        if p.get("finetune"):
+            from .finetune import format_plan
+
+            print(f"       {format_plan(p['finetune'])}")
     print(f"  total: {sum(p['uncached_calls'] for p in plans):,} calls not cached, "
           f"~{sum(p['prompt_tokens_est'] for p in plans):,} prompt + "
           f"~{sum(p['completion_tokens_est'] for p in plans):,} completion tokens, "

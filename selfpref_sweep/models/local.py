@@ -78,6 +78,10 @@ class LocalModel(ModelAPI):
                 f"Could not load model {self.cfg.name!r} from {path!r}: {exc}. Offline machines cannot reach the "
                 f"Hugging Face hub; point hf_id at a local copy (e.g. evaluator.hf_id=/models/Llama-2-7b-chat-hf)."
             ) from exc
+        if self.cfg.get("adapter_path"):  # a fine-tuned evaluator: base + LoRA adapter, kept unmerged
+            from ..finetune.local_trainer import attach_adapter
+
+            self.model = attach_adapter(self.model, self.cfg.adapter_path)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device).eval()
         if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):

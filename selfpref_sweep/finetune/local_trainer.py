@@ -1,0 +1,220 @@
+"""Local trainer: peft LoRA on the local backend's model, loss on the answer token only.
+
+Each example is encoded exactly as the local backend encodes a judge prompt at evaluation
+(`LocalModel.render` = the model's chat template with the generation prompt, then `LocalModel.encode`),
+and the loss is the cross-entropy of the answer token ("1" or "2") at the position the evaluation reads:
+the last prompt token's next-token logits (`logits_to_keep=1`, so only one row of logits is computed).
+Training and evaluation formats therefore cannot drift apart (the paper's Llama fine-tunes trained on
+"[/INST] 1" but were evaluated after "My answer is ").
+
+Seeded (LoRA init, example order), bf16 where the CPU supports it (else float32), AdamW with a constant
+learning rate, no warm-up, as the authors' Llama fine-tune (1 epoch, batch 1). The adapter is saved with
+peft's save_pretrained; it is loaded *unmerged* at evaluation (`attach_adapter`): merging a small LoRA
+delta into bf16 weights would round much of it away.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import resource
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import ConfigError
+from .examples import ExampleSet, TrainingExample
+
+log = logging.getLogger(__name__)
+
+
+def bf16_supported(torch) -> bool:
+    if torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    try:
+        a = torch.randn(8, 8, dtype=torch.bfloat16, requires_grad=True)
+        (a @ a).float().sum().backward()
+        return a.grad is not None
+    except Exception:  # noqa: BLE001 - any failure means: not here
+        return False
+
+
+def training_dtype(cfg: DictConfig, torch) -> str:
+    want = cfg.finetune_task.get("dtype") or cfg.evaluator.get("dtype") or "bfloat16"
+    if want == "bfloat16" and not bf16_supported(torch):
+        log.warning("bfloat16 is not supported for training on this machine; training in float32")
+        return "float32"
+    return str(want)
+
+
+def answer_token_id(tokenizer, answer: str, allowed: Sequence[int]) -> int:
+    """The single token the assistant's answer starts with after the generation prompt: the tokenizer's own
+    encoding of the answer, which must be one of the ids the evaluation sums for that answer."""
+    ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    if len(ids) == 1 and ids[0] in allowed:
+        return ids[0]
+    exact = [i for i in allowed if tokenizer.decode([i]) == answer]
+    if exact:
+        return exact[0]
+    if allowed:
+        return allowed[0]
+    raise ConfigError(f"The tokenizer has no token that spells the answer {answer!r}.")
+
+
+def answer_loss(torch, model, batch: Sequence[Tuple[List[int], int]], pad_id: int):
+    """Mean cross-entropy of each example's answer token, predicted from its whole prompt."""
+    import torch.nn.functional as F
+
+    targets = torch.tensor([t for _, t in batch], device=model.device)
+    if len(batch) == 1:
+        ids = torch.tensor([batch[0][0]], device=model.device)
+        out = model(input_ids=ids, logits_to_keep=1, use_cache=False)
+    else:  # left padding: every row's last position is its real last token
+        width = max(len(ids) for ids, _ in batch)
+        ids = torch.tensor([[pad_id] * (width - len(s)) + s for s, _ in batch], device=model.device)
+        mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s, _ in batch], device=model.device)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=1, use_cache=False)
+    return F.cross_entropy(out.logits[:, -1, :].float(), targets)
+
+
+def lora_hyperparameters(cfg: DictConfig) -> Dict[str, Any]:
+    t = cfg.finetune_task
+    lora = OmegaConf.to_container(t.lora, resolve=True)
+    return {"method": "lora", "lora": lora, "lr": float(t.lr), "weight_decay": float(t.weight_decay),
+            "epochs": int(t.epochs), "batch_size": int(t.batch_size),
+            "max_steps": None if t.get("max_steps") is None else int(t.max_steps),
+            "dtype": t.get("dtype") or cfg.evaluator.get("dtype"), "optimizer": "adamw", "schedule": "constant",
+            "loss": "answer_token"}
+
+
+def n_steps(n_examples: int, epochs: int, batch_size: int, max_steps: Optional[int]) -> int:
+    steps = math.ceil(n_examples / max(1, batch_size)) * max(1, epochs)
+    return steps if max_steps is None else min(steps, int(max_steps))
+
+
+def attach_adapter(model, adapter_path: str):
+    """The base model with a saved LoRA adapter, unmerged, ready for inference."""
+    from peft import PeftModel
+
+    tuned = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=False)
+    tuned.eval()
+    return tuned
+
+
+def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tuple[List[int], int]]:
+    """(prompt ids exactly as the evaluation scores them, answer token id) per example."""
+    out = []
+    for ex in examples:
+        ids = local_model.encode(local_model.render(ex.messages))
+        out.append((ids, answer_token_id(local_model.tokenizer, ex.answer, local_model.answer_ids(ex.answer))))
+    return out
+
+
+class LoraTrainer:
+    """Trains a LoRA adapter for a local evaluator (backend "local")."""
+
+    kind = "lora"
+    persistent_workdir = False  # trains into a staging directory that is renamed into place when complete
+
+    def __init__(self, cfg: DictConfig, show_progress: bool = True):
+        self.cfg = cfg
+        self.show_progress = show_progress
+
+    def hyperparameters(self) -> Dict[str, Any]:
+        return lora_hyperparameters(self.cfg)
+
+    def steps(self, n_examples: int) -> int:
+        t = self.cfg.finetune_task
+        return n_steps(n_examples, int(t.epochs), int(t.batch_size), t.get("max_steps"))
+
+    def status(self, entry) -> str:
+        return "ready" if entry.record() is not None else "absent"
+
+    def load_model(self, dtype: str):
+        from ..models.local import LocalModel
+
+        model_cfg = OmegaConf.create(OmegaConf.to_container(self.cfg.evaluator, resolve=True, enum_to_str=True))
+        model_cfg.dtype = dtype
+        model_cfg.pop("adapter", None)
+        model_cfg.pop("adapter_path", None)
+        return LocalModel(model_cfg, model_cache=self.cfg.paths.model_cache, show_progress=self.show_progress)
+
+    def train(self, examples: ExampleSet, workdir: Path, digest: str = "") -> Dict[str, Any]:
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from tqdm.auto import tqdm
+
+        t = self.cfg.finetune_task
+        seed = int(t.seed)
+        dtype = training_dtype(self.cfg, torch)
+        start = time.time()
+        local = self.load_model(dtype)
+        load_s = time.time() - start
+        encoded = encode_examples(local, examples.examples)
+        lora = t.lora
+        torch.manual_seed(seed)
+        model = get_peft_model(local.model, LoraConfig(
+            r=int(lora.r), lora_alpha=int(lora.alpha), lora_dropout=float(lora.dropout),
+            target_modules=list(lora.target_modules), bias="none", task_type="CAUSAL_LM"))
+        model.train()
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=float(t.lr), weight_decay=float(t.weight_decay))
+        batch_size, total = max(1, int(t.batch_size)), self.steps(len(encoded))
+        pad_id = local._stop_ids[0] if local._stop_ids else 0
+        rng = random.Random(seed)
+        losses: List[float] = []
+        step_s: List[float] = []
+        tokens = 0
+        bar = tqdm(total=total, desc=f"LoRA {examples.task} [{local.identity.label}]", disable=not self.show_progress,
+                   leave=False)
+        train_start = time.time()
+        for _ in range(max(1, int(t.epochs))):
+            order = list(range(len(encoded)))
+            rng.shuffle(order)
+            for b in range(0, len(order), batch_size):
+                if len(losses) >= total:
+                    break
+                batch = [encoded[i] for i in order[b:b + batch_size]]
+                s0 = time.time()
+                loss = answer_loss(torch, model, batch, pad_id)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step_s.append(time.time() - s0)
+                losses.append(round(float(loss.detach()), 6))
+                tokens += sum(len(ids) for ids, _ in batch)
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        bar.close()
+        train_s = time.time() - train_start
+        workdir.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(str(workdir))
+        n_params = sum(p.numel() for p in trainable)
+        local.close()
+        del model, optimizer
+        return {
+            "trainer": self.kind,
+            "adapter_path": str(workdir),
+            "loss_curve": losses,
+            "n_steps": len(losses),
+            "seconds": round(train_s, 2),
+            "load_seconds": round(load_s, 2),
+            "s_per_step": round(train_s / len(losses), 3) if losses else None,
+            "step_seconds": [round(s, 3) for s in step_s],
+            "tokens_per_step": round(tokens / len(losses), 1) if losses else None,
+            "train_dtype": dtype,
+            "trainable_params": int(n_params),
+            "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        }
+
+    def tuned_model_cfg(self, base_cfg: DictConfig, entry, record: Dict[str, Any]) -> DictConfig:
+        """The evaluator config of the fine-tuned model: the base plus `adapter` (its fingerprint, part of
+        the identity and so of every cache key) and `adapter_path` (what LocalModel loads)."""
+        d = OmegaConf.to_container(base_cfg, resolve=True, enum_to_str=True)
+        d["adapter"] = entry.fingerprint(self.kind)
+        d["adapter_path"] = str(entry.dir)
+        return OmegaConf.create(d)
