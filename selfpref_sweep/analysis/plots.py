@@ -72,7 +72,7 @@ def _yerr(sub: pd.DataFrame, prefix: str) -> np.ndarray:
 
 def scatter_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
     """Preference vs recognition scatter, faceted by dataset and transfer condition."""
-    title = "Self-preference vs self-recognition (cell means; OLS fit with 95% CI band)"
+    title = "Self-preference vs self-recognition\n(cell means; OLS fit with 95% CI band)"
     usable = cells.dropna(subset=["rec_mean", "pref_mean"]) if not cells.empty else cells
     if usable.empty:
         _empty_figure(path, "No complete cell has both a recognition and a preference mean:\nnothing to plot.")
