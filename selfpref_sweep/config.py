@@ -86,7 +86,7 @@ class ModelConfig:
     # (articles.too_long). null: no limit known.
     context_tokens: Optional[int] = None
     # API backends (OpenAI and OpenAI-compatible servers).
-    api_model: Optional[str] = None  # the API's model name, e.g. gpt-4-turbo
+    model: Optional[str] = None  # the API's model name, e.g. gpt-4-turbo
     base_url: Optional[str] = None  # None: api.openai.com; else any OpenAI-compatible server
     api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
     max_concurrency: int = 8  # requests in flight per model

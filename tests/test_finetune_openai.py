@@ -75,7 +75,7 @@ def test_job_flow_request_shapes_and_cached_model_id(gpt_cfg, api):
     # the fine-tuned evaluator: the API's model id, identity with the fine-tune's fingerprint
     job = list(api.jobs.values())[0]
     assert result.record["model_id"] == job["fine_tuned_model"] and result.record["job_id"] == job["id"]
-    assert result.evaluator_cfg.api_model == job["fine_tuned_model"]
+    assert result.evaluator_cfg.model == job["fine_tuned_model"]
     tuned = load_model(result.evaluator_cfg, base.store, cfg.paths.model_cache, False)
     assert tuned.identity.adapter == result.fingerprint and tuned.identity.weights != base.identity.weights
     assert result.record["loss_curve"] == [round(0.7 / s, 4) for s in range(1, 5)]
@@ -83,7 +83,7 @@ def test_job_flow_request_shapes_and_cached_model_id(gpt_cfg, api):
     # a second cell reuses the cached model id: no API call at all
     before = len(api.requests)
     again, _ = _prepare(gpt_cfg("dataset.n_articles=3"))
-    assert not again.trained and again.evaluator_cfg.api_model == job["fine_tuned_model"]
+    assert not again.trained and again.evaluator_cfg.model == job["fine_tuned_model"]
     assert len(api.requests) == before
 
 

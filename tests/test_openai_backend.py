@@ -39,7 +39,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def model_cfg(base_url="http://127.0.0.1:9/v1", **over):
-    cfg = {"name": "smol_api", "backend": "openai", "api_model": "smollm135", "base_url": base_url,
+    cfg = {"name": "smol_api", "backend": "openai", "model": "smollm135", "base_url": base_url,
            "api_key_env": KEY_ENV, "max_concurrency": 4, "top_logprobs": 20, "timeout_s": 20.0, "max_retries": 6,
            "sample_fallback_k": 0}
     cfg.update(over)
@@ -53,7 +53,7 @@ def test_identity_holds_url_and_model_but_never_the_key(monkeypatch):
     ident = OpenAIModel.identity_for(cfg)
     assert ident == ModelIdentity(name="smol_api", backend="openai", weights="api:http://127.0.0.1:9/v1:smollm135",
                                   dtype="", adapter=None)
-    default = OpenAIModel.identity_for(model_cfg(base_url=None, api_model="gpt-4o-mini", adapter="abc"))
+    default = OpenAIModel.identity_for(model_cfg(base_url=None, model="gpt-4o-mini", adapter="abc"))
     assert default.weights == "api:https://api.openai.com/v1:gpt-4o-mini" and default.adapter == "abc"
     model = OpenAIModel(cfg, model_cache="unused")
     assert SECRET not in repr(model) and SECRET not in repr(ident)
@@ -86,7 +86,7 @@ def test_api_model_configs_compose(name, api_model):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose("config", overrides=[f"evaluator={name}", f"source={name}"])
     for m in (cfg.evaluator, cfg.source.model):
-        assert m.backend == "openai" and m.api_model == api_model and m.base_url is None
+        assert m.backend == "openai" and m.model == api_model and m.base_url is None
         assert m.price_per_mtok_prompt > 0 and m.price_per_mtok_completion > 0
     assert cfg.source.kind.value == "model" and cfg.source.name == name
     assert OpenAIModel.identity_for(cfg.evaluator).weights == f"api:https://api.openai.com/v1:{api_model}"
@@ -102,12 +102,12 @@ def test_openai_compatible_requires_model_and_url(monkeypatch):
     register_configs()
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         bare = compose("config", overrides=["evaluator=openai_compatible"])
-        given = compose("config", overrides=["evaluator=openai_compatible", "evaluator.api_model=m",
+        given = compose("config", overrides=["evaluator=openai_compatible", "evaluator.model=m",
                                              "evaluator.base_url=http://127.0.0.1:8000/v1"])
-    with pytest.raises(ConfigError, match="api_model"):
+    with pytest.raises(ConfigError, match="model"):
         OpenAIModel.identity_for(bare.evaluator)
     with pytest.raises(ConfigError, match="base_url"):
-        OpenAIModel.identity_for(OmegaConf.merge(bare.evaluator, {"api_model": "m"}))
+        OpenAIModel.identity_for(OmegaConf.merge(bare.evaluator, {"model": "m"}))
     assert OpenAIModel.identity_for(given.evaluator).weights == "api:http://127.0.0.1:8000/v1:m"
 
 

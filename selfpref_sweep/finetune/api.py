@@ -10,10 +10,8 @@ summaries keep coming from `evaluator`, the base model's handle.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from ..errors import ConfigError
 from ..models import backend_class
 from ..models.base import ModelIdentity
 from ..models.cached import CachedModel
+from ..registry import resolve
 from ..store import Store
 from . import labels as L
 from .adapters import EXAMPLES, FORMAT_VERSION, RECORD, SPEC, CacheEntry, atomic_write_json, atomic_write_text
@@ -42,15 +41,7 @@ TRAINERS: Dict[str, str] = {
 
 
 def trainer_class(backend: str):
-    trainers = dict(TRAINERS)
-    for entry in filter(None, os.environ.get("SELFPREF_TRAINERS", "").split(",")):
-        name, _, target = entry.partition("=")
-        trainers[name.strip()] = target.strip()
-    if backend not in trainers:
-        raise ConfigError(f"No fine-tuning trainer for evaluator backend {backend!r} (trainers exist for: "
-                          f"{', '.join(sorted(trainers))}).")
-    module, cls = trainers[backend].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(TRAINERS, "SELFPREF_TRAINERS", backend, "fine-tuning trainer (for the evaluator's backend)")
 
 
 def is_finetuned(cfg: DictConfig) -> bool:
@@ -307,7 +298,7 @@ def planned_evaluator_cfg(cfg: DictConfig) -> Optional[DictConfig]:
         return None
     entry = CacheEntry(cache_root(cfg), finetune_spec(cfg, _base_identity(cfg), trainer, ft_ds, prompts),
                        entry_label(cfg, ft_ds))
-    record = entry.record() or {"model_id": f"ft:{cfg.evaluator.get('api_model')}:pending:{entry.digest[:8]}"}
+    record = entry.record() or {"model_id": f"ft:{cfg.evaluator.get('model')}:pending:{entry.digest[:8]}"}
     return trainer.tuned_model_cfg(cfg.evaluator, entry, record)
 
 

@@ -78,9 +78,9 @@ class OpenAITrainer:
     # ------------------------------------------------------------------ config
     @property
     def base_model(self) -> str:
-        api_model = self.cfg.evaluator.get("api_model")
+        api_model = self.cfg.evaluator.get("model")
         if not api_model:
-            raise ConfigError(f"Evaluator {self.cfg.evaluator.name!r} (backend openai) has no api_model to fine-tune.")
+            raise ConfigError(f"Evaluator {self.cfg.evaluator.name!r} (backend openai) has no `model` to fine-tune.")
         return str(api_model)
 
     def hyperparameters(self) -> Dict[str, Any]:
@@ -285,9 +285,9 @@ class OpenAITrainer:
         """The evaluator config of the fine-tuned model: the API's model id, plus `adapter` (the fine-tune's
         fingerprint) so that the identity names the fine-tune even if two fine-tunes returned one id."""
         d = OmegaConf.to_container(base_cfg, resolve=True, enum_to_str=True)
-        d["api_model"] = record["model_id"]
+        d["model"] = record["model_id"]
         d["adapter"] = entry.fingerprint(self.kind)
-        d["base_api_model"] = base_cfg.get("api_model")
+        d["base_model"] = base_cfg.get("model")
         return OmegaConf.create(d)
 
 

@@ -3,40 +3,25 @@ optional backend's dependencies (torch, an API client) load only when a cell use
 
 from __future__ import annotations
 
-import importlib
-import os
 from typing import Callable, Dict
 
 from omegaconf import DictConfig
 
-from ..errors import ConfigError
+from ..registry import resolve
 from ..store import Store
 from .base import ModelAPI, ModelIdentity
 from .cached import CachedModel
 
-# backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, paths).
+# backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, model_cache, show_progress).
+# SELFPREF_BACKENDS="name=module:Class,..." adds backends (plugins, the test suite's double).
 BACKENDS: Dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
     "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
 }
 
 
-def _registered() -> Dict[str, str]:
-    """Built-in backends plus any added through SELFPREF_BACKENDS="name=module:Class,..." (plugins,
-    and the test suite's deterministic backend)."""
-    backends = dict(BACKENDS)
-    for entry in filter(None, os.environ.get("SELFPREF_BACKENDS", "").split(",")):
-        name, _, target = entry.partition("=")
-        backends[name.strip()] = target.strip()
-    return backends
-
-
 def backend_class(name: str):
-    backends = _registered()
-    if name not in backends:
-        raise ConfigError(f"Unknown model backend {name!r}; valid backends: {', '.join(sorted(backends))}.")
-    module, cls = backends[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return resolve(BACKENDS, "SELFPREF_BACKENDS", name, "model backend")
 
 
 def load_model(model_cfg: DictConfig, store: Store, model_cache: str, show_progress: bool = True) -> CachedModel:

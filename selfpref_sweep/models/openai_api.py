@@ -171,7 +171,7 @@ class OpenAIModel(ModelAPI):
         self.cfg = cfg
         self.identity = self.identity_for(cfg)
         self.name = _safe_name(cfg)
-        self.api_model = str(_cfg_value(cfg, "api_model"))
+        self.api_model = str(_cfg_value(cfg, "model"))
         self.base_url = _base_url(cfg)
         self.max_concurrency = max(1, int(_cfg_value(cfg, "max_concurrency", 8)))
         self.top_logprobs = max(0, min(int(_cfg_value(cfg, "top_logprobs", MAX_TOP_LOGPROBS)), MAX_TOP_LOGPROBS))
@@ -188,9 +188,9 @@ class OpenAIModel(ModelAPI):
 
     @classmethod
     def identity_for(cls, cfg: DictConfig) -> ModelIdentity:
-        api_model = _cfg_value(cfg, "api_model")
+        api_model = _cfg_value(cfg, "model")
         if not api_model:
-            raise ConfigError(f"Model {_safe_name(cfg)!r} (backend openai) has no `api_model`, e.g. gpt-4o-mini.")
+            raise ConfigError(f"Model {_safe_name(cfg)!r} (backend openai) has no `model`, e.g. gpt-4o-mini.")
         return ModelIdentity(name=cfg.name, backend="openai", weights=f"api:{_base_url(cfg)}:{api_model}", dtype="",
                              adapter=cfg.get("adapter"))
 
@@ -207,7 +207,7 @@ class OpenAIModel(ModelAPI):
         )
 
     def __repr__(self) -> str:  # never the key
-        return f"OpenAIModel(name={self.name!r}, api_model={self.api_model!r}, base_url={self.base_url!r})"
+        return f"OpenAIModel(name={self.name!r}, model={self.api_model!r}, base_url={self.base_url!r})"
 
     def _scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -278,7 +278,7 @@ class OpenAIModel(ModelAPI):
         hint = {
             401: f"the API key was rejected; check the environment variable {env}",
             403: f"the API key in {env} is not allowed to use this model or endpoint",
-            404: f"unknown model or endpoint; check api_model={self.api_model!r} and base_url",
+            404: f"unknown model or endpoint; check model={self.api_model!r} and base_url",
             400: "the server rejected the request",
             422: "the server rejected the request",
             429: "the account is out of quota",

@@ -1,0 +1,22 @@
+"""Name -> class registries with lazy imports: a backend's or trainer's dependencies load only when a
+cell uses it. An environment variable adds entries ("name=module:Class,..."), for plugins and for the
+test suite's deterministic doubles."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Dict
+
+from .errors import ConfigError
+
+
+def resolve(builtins: Dict[str, str], env_var: str, name: str, what: str):
+    entries = dict(builtins)
+    for entry in filter(None, os.environ.get(env_var, "").split(",")):
+        key, _, target = entry.partition("=")
+        entries[key.strip()] = target.strip()
+    if name not in entries:
+        raise ConfigError(f"Unknown {what} {name!r}; valid: {', '.join(sorted(entries))}.")
+    module, cls = entries[name].split(":")
+    return getattr(importlib.import_module(module), cls)
