@@ -81,3 +81,16 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     assert all(it["own_summary"] for it in items)
     assert summary["model_calls"] == 2 + 2 * 2 * 2
     assert run_cell(cfg, tmp_path / "again")["model_calls"] == 0
+
+
+def test_completion_prompts_get_the_tokenizers_bos_chat_prompts_do_not():
+    from selfpref_sweep.models.local import LocalModel
+
+    class Tok:
+        def __call__(self, text, add_special_tokens):
+            return {"input_ids": ([2] if add_special_tokens else []) + [7, 8]}
+
+    model = object.__new__(LocalModel)  # no weights needed to test the encoding rule
+    model.tokenizer = Tok()
+    assert model.encode("chat text, template has its own BOS") == [7, 8]
+    assert model.encode("raw completion prompt", chat=False) == [2, 7, 8]

@@ -96,9 +96,10 @@ class LocalModel(ModelAPI):
         return self.tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
                                                   add_generation_prompt=True, tokenize=False)
 
-    def encode(self, text: str) -> List[int]:
-        # The chat template already holds any BOS; adding another would repeat the paper's double BOS.
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+    def encode(self, text: str, chat: bool = True) -> List[int]:
+        # A chat template already holds any BOS (adding another would repeat the paper's double BOS);
+        # a raw completion prompt needs the tokenizer's own (base models go astray without it).
+        return self.tokenizer(text, add_special_tokens=not chat)["input_ids"]
 
     @cached_property
     def _decoded_vocab(self) -> List[str]:
@@ -122,7 +123,7 @@ class LocalModel(ModelAPI):
         torch = self.torch
         for req in requests:
             text = self.render(req.messages) if req.messages else req.prompt
-            ids = torch.tensor([self.encode(text)], device=self.device)
+            ids = torch.tensor([self.encode(text, chat=bool(req.messages))], device=self.device)
             with torch.inference_mode():
                 out = self.model.generate(
                     ids, attention_mask=torch.ones_like(ids), max_new_tokens=req.max_new_tokens, do_sample=False,
