@@ -61,7 +61,7 @@ def test_prefix_reuse_matches_scoring_from_scratch(qwen):
     model.prefix_reuse = True
     for r in reqs:
         for a in ("1", "2"):
-            assert reused[r].probs[a] == pytest.approx(scratch[r].probs[a], abs=0.03)  # bf16 noise
+            assert reused[r].probs[a] == pytest.approx(scratch[r].probs[a], abs=0.015)  # bf16 hidden states
         assert reused[r].mass > 0.5  # qwen05 answers with a digit
     ones = [model._decoded_vocab[i] for i in model.answer_ids("1")]
     assert ones and all(t.strip() == "1" for t in ones)

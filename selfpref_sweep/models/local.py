@@ -142,10 +142,10 @@ class LocalModel(ModelAPI):
         prompts = [self.encode(self.render(r.messages)) for r in requests]
         if not self.prefix_reuse:
             for ids, req in zip(prompts, requests):
-                probs = self._forward_last([ids], cache=None, start=0)[0]
+                hidden = self._forward_last([ids], cache=None, start=0)[0]
                 self.tokens_computed += len(ids)
                 self.tokens_requested += len(ids)
-                yield req, self._distribution(probs, req.answers, len(ids))
+                yield req, self._distribution(hidden, req.answers, len(ids))
             return
         cache, cache_len = None, 0
         for step in schedule(prompts, max_batch=self.max_batch):
@@ -158,11 +158,11 @@ class LocalModel(ModelAPI):
                 self.tokens_computed += step.end - step.start
                 continue
             suffixes = [prompts[i][step.start:] for i in step.prompts]
-            all_probs = self._forward_last(suffixes, cache=cache if step.start else None, start=step.start)
+            hidden = self._forward_last(suffixes, cache=cache if step.start else None, start=step.start)
             self.tokens_computed += sum(map(len, suffixes))
-            for i, probs in zip(step.prompts, all_probs):
+            for i, row in zip(step.prompts, hidden):
                 self.tokens_requested += len(prompts[i])
-                yield requests[i], self._distribution(probs, requests[i].answers, len(prompts[i]))
+                yield requests[i], self._distribution(row, requests[i].answers, len(prompts[i]))
 
     def _extend(self, ids: List[int], cache):
         torch = self.torch
@@ -175,9 +175,9 @@ class LocalModel(ModelAPI):
         return out.past_key_values
 
     def _forward_last(self, suffixes: List[List[int]], cache, start: int):
-        """Next-token probabilities after each suffix, all in one right-padded batch on top of a
-        copy of the shared prefix's cache. With right padding no real token attends to a pad
-        (attention is causal), so no mask is needed; each row is read at its last real token."""
+        """The last hidden state after each suffix, all in one right-padded batch on top of a copy
+        of the shared prefix's cache. With right padding no real token attends to a pad (attention
+        is causal), so no mask is needed; each row is read at its last real token."""
         torch = self.torch
         width = max(map(len, suffixes))
         pad = self._stop_ids[0]
@@ -188,13 +188,29 @@ class LocalModel(ModelAPI):
                 cache.batch_repeat_interleave(len(suffixes))
         with torch.inference_mode():
             hidden = self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=cache is not None)
-            last = hidden.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
-            logits = self.model.get_output_embeddings()(last).float()
-        return torch.softmax(logits, dim=-1)
+            return hidden.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
 
-    def _distribution(self, probs, answers: Sequence[str], n_prompt: int) -> AnswerDistribution:
-        per_answer = {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}
-        top = probs.topk(5)
+    @cached_property
+    def _head_fp32(self):
+        """A float32 copy of the output layer (~0.5 GB for a 150k vocabulary). A bf16 lm_head rounds
+        logits of typical size to steps of 1/8, which would quantize every answer probability."""
+        head = self.model.get_output_embeddings()
+        bias = getattr(head, "bias", None)
+        return head.weight.detach().float(), None if bias is None else bias.detach().float()
+
+    def _distribution(self, hidden, answers: Sequence[str], n_prompt: int) -> AnswerDistribution:
+        torch = self.torch
+        weight, bias = self._head_fp32
+        with torch.inference_mode():
+            logits = hidden.float() @ weight.T
+            if bias is not None:
+                logits = logits + bias
+            cap = getattr(self.model.config, "final_logit_softcapping", None)
+            if cap:
+                logits = cap * torch.tanh(logits / cap)
+            probs = torch.softmax(logits, dim=-1)
+            per_answer = {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}
+            top = probs.topk(5)
         top_tokens = [(self._decoded_vocab[i], round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist())]
         return AnswerDistribution(probs=per_answer, method="full_distribution", top_tokens=top_tokens,
                                   prompt_tokens=n_prompt)
