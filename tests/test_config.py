@@ -7,7 +7,7 @@ from hydra.errors import ConfigCompositionException
 
 from tests.conftest import CONF, REPO
 
-GROUPS = ["evaluator", "source", "dataset", "setting", "finetune_task", "label", "prompts"]
+GROUPS = ["evaluator", "source", "dataset", "setting", "finetune_task", "finetune_dataset", "label", "prompts"]
 
 
 def options(group):
@@ -20,7 +20,10 @@ def test_every_option_of_every_group_composes(compose_cfg, group):
     for option in options(group):
         cfg = compose_cfg([f"{group}={option}"])
         node = cfg[group]
-        assert node.name, (group, option)
+        if group == "finetune_dataset" and option == "none":
+            assert node is None  # fine-tune on the cell's own dataset
+        else:
+            assert node.name, (group, option)
 
 
 def test_model_configs_are_shared_between_evaluator_and_source(compose_cfg):
