@@ -7,11 +7,13 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from .data import Article, load_dataset
+from .articles import usable_articles
+from .config import enum_value
+from .data import load_dataset
 from .errors import ConfigError, DataError, StorageError
 from .finetune import (cell_fields, drop_training_articles, eval_dataset_cfg, log_to_wandb,
                        prepare_finetuned_evaluator)
@@ -25,67 +27,15 @@ from .tracking import CellTracker, redact
 
 log = logging.getLogger(__name__)
 
-EMPTY_ARTICLE = "empty_article"
-ARTICLE_TOO_LONG = "article_too_long"
-# Tokens a judge prompt needs besides the article: instructions, chat template, two summaries.
-PROMPT_OVERHEAD_TOKENS = 400
-
-
-def article_budget(cfg: DictConfig, model_cfgs: List[DictConfig]) -> Optional[int]:
-    """Most characters of article text that fit every model's context with room for the prompt,
-    two summaries and the summary being generated; None when no model states its context."""
-    contexts = [m.get("context_tokens") for m in model_cfgs if m.get("context_tokens")]
-    if not contexts:
-        return None
-    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(cfg.summaries.max_new_tokens)
-    return max(0, int(tokens * float(cfg.articles.chars_per_token)))
-
-
-def usable_articles(cfg: DictConfig, articles: List[Article]) -> Tuple[List[Article], Set[str], Dict[str, str]]:
-    """The articles a cell can judge (truncated to fit where allowed), the ids truncated, and why
-    each other article is excluded."""
-    models = [cfg.evaluator] + ([cfg.source.model] if _value(cfg.source.kind) == "model" else [])
-    budget = article_budget(cfg, models)
-    usable, truncated, reasons = [], set(), {}
-    for a in articles:
-        if not a.text.strip():
-            reasons[a.id] = EMPTY_ARTICLE
-            continue
-        fitted = fit_article(a, budget, _value(cfg.articles.too_long))
-        if fitted is None:
-            reasons[a.id] = ARTICLE_TOO_LONG
-        else:
-            usable.append(fitted)
-            if fitted is not a:
-                truncated.add(a.id)
-    return usable, truncated, reasons
-
-
-def fit_article(article: Article, budget: Optional[int], policy: str) -> Optional[Article]:
-    """The article, cut at a word boundary to `budget` characters if it is longer (policy
-    "truncate"), or None (policy "refuse")."""
-    if budget is None or len(article.text) <= budget:
-        return article
-    if policy == "refuse":
-        return None
-    cut = article.text[:budget]
-    cut = cut[: cut.rfind(" ")] if " " in cut else cut
-    return Article(article.id, cut.rstrip(), article.reference)
-
-
-def _value(x: Any) -> Any:
-    return x.value if hasattr(x, "value") else x
-
-
 def cell_description(cfg: DictConfig) -> Dict[str, Any]:
     """The cell's coordinates in the matrix; the analysis job groups cells by these."""
-    finetune = _value(cfg.finetune_task.name)
+    finetune = enum_value(cfg.finetune_task.name)
     return {
         "evaluator": cfg.evaluator.name,
         "source": cfg.source.name,
         "dataset": cfg.dataset.name,
-        "setting": _value(cfg.setting.name),
-        "label": _value(cfg.label.name),
+        "setting": enum_value(cfg.setting.name),
+        "label": enum_value(cfg.label.name),
         "finetune_task": finetune,
         **cell_fields(cfg),  # finetune_dataset, finetune_n_articles, transfer (none / in_domain / cross_dataset)
     }
@@ -154,7 +104,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         articles, n_training_dropped = drop_training_articles(articles, finetune)  # a guard; offsets did the rest
         if not articles:
             raise DataError(f"Every article of {dataset.name!r} was a fine-tuning article; raise dataset.offset.")
-    source_kind = _value(cfg.source.kind)
+    source_kind = enum_value(cfg.source.kind)
     source_model = None
     if source_kind == "model":
         source_model = load_model(cfg.source.model, store, cfg.paths.model_cache, show)
@@ -215,10 +165,6 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         "n_truncated_articles": len(truncated),
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in questions},
-        "model_calls": sum(m.calls for m in models),
-        "cache_hits": sum(m.cache_hits for m in models),
-        "tokens": {"prompt": sum(m.prompt_tokens for m in models),
-                   "completion": sum(m.completion_tokens for m in models)},
         "min_answer_mass": float(cfg.judge.min_answer_mass),
         "elapsed_s": None,
     }
@@ -233,8 +179,11 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
             _atomic_write(run_dir / "inverse.jsonl",
                           "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in inverse.pop("items")))
             summary["inverse_check"] = inverse
-        summary["model_calls"] = sum(m.calls for m in models)
-        summary["cache_hits"] = sum(m.cache_hits for m in models)
+    # The call ledger, after every call of the cell (the inverse check's included).
+    summary["model_calls"] = sum(m.calls for m in models)
+    summary["cache_hits"] = sum(m.cache_hits for m in models)
+    summary["tokens"] = {"prompt": sum(m.prompt_tokens for m in models),
+                         "completion": sum(m.completion_tokens for m in models)}
     _atomic_write(run_dir / "results.jsonl", "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items))
     summary["elapsed_s"] = round(time.time() - start, 2)
     config = redact(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))

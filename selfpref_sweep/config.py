@@ -290,6 +290,11 @@ class Config:
     plan: bool = False
 
 
+def enum_value(x):
+    """A config value as plain data: an enum member's value, anything else unchanged."""
+    return x.value if isinstance(x, Enum) else x
+
+
 def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)

@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig
 
+from .config import enum_value
 from .errors import DataError
 
 # The paper's sources, by the keys of its file names.
@@ -116,5 +117,5 @@ LOADERS = {"demo": load_demo, "paper": load_paper, "hf": load_hf}
 
 
 def load_dataset(cfg: DictConfig) -> Dataset:
-    kind = cfg.kind.value if hasattr(cfg.kind, "value") else str(cfg.kind)
+    kind = str(enum_value(cfg.kind))
     return LOADERS[kind](cfg)

@@ -14,6 +14,8 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from .articles import usable_articles
+from .config import enum_value
 from .data import load_dataset
 from .judging import Pair, assign_labels, flatten, request_plan
 from .models import load_model
@@ -56,7 +58,7 @@ class _Ledger:
 
 
 def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
-    from .cell import cell_description, display_name, usable_articles  # the cell's own rules
+    from .cell import cell_description, display_name  # the cell's own rules
 
     cell = cell_description(cfg)
     prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
@@ -83,7 +85,7 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
 
     pending = set()  # articles with a summary still to generate: their judge prompts are not known yet
     own = summaries_of(evaluator, cfg.evaluator, ledgers["evaluator"])
-    if getattr(cfg.source.kind, "value", cfg.source.kind) == "model":
+    if enum_value(cfg.source.kind) == "model":
         source = load_model(cfg.source.model, store, cfg.paths.model_cache, False)
         ledgers["source"] = _Ledger(source, cfg.source.model)
         other = summaries_of(source, cfg.source.model, ledgers["source"])

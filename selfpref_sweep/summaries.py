@@ -11,6 +11,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig
 
+from .config import enum_value
 from .data import Article, Dataset
 from .errors import ConfigError
 from .models.base import GenerateRequest
@@ -39,7 +40,7 @@ def model_summaries(model: CachedModel, model_cfg: DictConfig, prompts: Mapping,
 
 
 def dataset_summaries(source_cfg: DictConfig, dataset: Dataset, articles: List[Article]) -> Summaries:
-    kind = source_cfg.kind.value if hasattr(source_cfg.kind, "value") else str(source_cfg.kind)
+    kind = str(enum_value(source_cfg.kind))
     if kind == "reference":
         return {a.id: a.reference for a in articles}
     if kind == "imported":

@@ -9,15 +9,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
-import selfpref_sweep.cell as cell_module
 from tests.conftest import FAKE_BACKEND, REPO
 from tests.finetune_fakes import FAKE_TRAINER
-
-pytestmark = pytest.mark.skipif(not hasattr(cell_module, "prepare_finetuned_evaluator"),
-                                reason="cell.py does not call prepare_finetuned_evaluator yet")
-
 
 def _sweep(tmp_path, *overrides):
     sweep = tmp_path / "sweep"

@@ -24,6 +24,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from ..articles import article_budget, fit_article
+from ..config import enum_value
 from ..data import Article, Dataset, load_dataset
 from ..errors import ConfigError, DataError
 from ..models.base import Message
@@ -38,15 +40,14 @@ HUMAN = "human"
 
 
 def task_name(cfg: DictConfig) -> str:
-    name = cfg.finetune_task.name
-    return name.value if hasattr(name, "value") else str(name)
+    return str(enum_value(cfg.finetune_task.name))
 
 
 def question_for(task_cfg: DictConfig) -> str:
     """The prompts.pairwise key the training examples use."""
     if task_cfg.get("question"):
         return str(task_cfg.question)
-    name = task_cfg.name.value if hasattr(task_cfg.name, "value") else str(task_cfg.name)
+    name = str(enum_value(task_cfg.name))
     return "recognition" if name in L.RECOGNITION_PROMPT_TASKS else name
 
 
@@ -208,31 +209,17 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
     return examples, ties, tie_pairs
 
 
-def article_rule(cfg: DictConfig) -> Optional[Dict[str, Any]]:
+def article_rule(cfg: DictConfig) -> Dict[str, Any]:
     """The article-length rule the training prompts follow (part of the fine-tune's cache key)."""
-    try:
-        from ..cell import article_budget
-    except ImportError:
-        return None
-    if cfg.get("articles") is None:
-        return None
-    policy = cfg.articles.too_long
-    return {"budget_chars": article_budget(cfg, [cfg.evaluator]), "policy": getattr(policy, "value", str(policy))}
+    return {"budget_chars": article_budget(cfg, [cfg.evaluator]), "policy": enum_value(cfg.articles.too_long)}
 
 
 def fit_articles(cfg: DictConfig, articles: Sequence[Article]) -> Tuple[List[Article], int, int]:
     """The cell's article-length rule (cell.fit_article: truncate or refuse articles longer than the evaluator's
     context allows), applied to the training articles so their prompts are the ones the evaluation would build.
     Returns (articles, number truncated, number refused)."""
-    try:
-        from ..cell import article_budget, fit_article
-    except ImportError:  # a core without the rule
-        return list(articles), 0, 0
-    if cfg.get("articles") is None:
-        return list(articles), 0, 0
     budget = article_budget(cfg, [cfg.evaluator])
-    policy = cfg.articles.too_long
-    policy = policy.value if hasattr(policy, "value") else str(policy)
+    policy = enum_value(cfg.articles.too_long)
     out, truncated, refused = [], 0, 0
     for a in articles:
         fitted = fit_article(a, budget, policy)

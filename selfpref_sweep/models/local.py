@@ -142,7 +142,7 @@ class LocalModel(ModelAPI):
         prompts = [self.encode(self.render(r.messages)) for r in requests]
         if not self.prefix_reuse:
             for ids, req in zip(prompts, requests):
-                hidden = self._forward_last([ids], cache=None, start=0)[0]
+                hidden = self._forward_last([ids], cache=None)[0]
                 self.tokens_computed += len(ids)
                 self.tokens_requested += len(ids)
                 yield req, self._distribution(hidden, req.answers, len(ids))
@@ -158,7 +158,7 @@ class LocalModel(ModelAPI):
                 self.tokens_computed += step.end - step.start
                 continue
             suffixes = [prompts[i][step.start:] for i in step.prompts]
-            hidden = self._forward_last(suffixes, cache=cache if step.start else None, start=step.start)
+            hidden = self._forward_last(suffixes, cache=cache if step.start else None)
             self.tokens_computed += sum(map(len, suffixes))
             for i, row in zip(step.prompts, hidden):
                 self.tokens_requested += len(prompts[i])
@@ -174,7 +174,7 @@ class LocalModel(ModelAPI):
                                         f"layers); set prefix_reuse: false for this model.")
         return out.past_key_values
 
-    def _forward_last(self, suffixes: List[List[int]], cache, start: int):
+    def _forward_last(self, suffixes: List[List[int]], cache):
         """The last hidden state after each suffix, all in one right-padded batch on top of a copy
         of the shared prefix's cache. With right padding no real token attends to a pad (attention
         is causal), so no mask is needed; each row is read at its last real token."""
