@@ -27,20 +27,23 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 def main(cfg: DictConfig) -> None:
     from selfpref_sweep.cell import run_cell  # after Hydra has parsed the command line: keeps --help fast
     from selfpref_sweep.plan import plan_cell
+    from selfpref_sweep.record import ERROR_FILE, wandb_group_name
+    from selfpref_sweep.spec import resolve_cell
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     sweeping = hc.mode == RunMode.MULTIRUN
-    group = Path(hc.sweep.dir).as_posix().replace("/", "_") if sweeping else None
+    group = wandb_group_name(hc.sweep.dir) if sweeping else None
     try:
-        if cfg.plan:
-            plan_cell(cfg, run_dir)
+        spec = resolve_cell(cfg)  # the config, resolved once into typed facts
+        if spec.plan:
+            plan_cell(spec, run_dir)
         else:
-            run_cell(cfg, run_dir, wandb_group=cfg.wandb.group or group)
+            run_cell(spec, run_dir, wandb_group=spec.wandb.group or group)
     except Exception as exc:  # noqa: BLE001 - recorded for the analysis job, then reported
         clear = isinstance(exc, SelfprefError)
         detail = f"{type(exc).__name__}: {exc}\n" + ("" if clear else "\n" + traceback.format_exc())
-        (run_dir / "cell.error.txt").write_text(detail)
+        (run_dir / ERROR_FILE).write_text(detail)
         log.error("cell failed: %s", detail)
         if sweeping:
             # One bad cell must not stop a long sweep; the analysis job lists it as failed.

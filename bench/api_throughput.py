@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.openai_server
 
-from selfpref_sweep.models.base import AnswerRequest, Message  # noqa: E402
+from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message  # noqa: E402
 from selfpref_sweep.models.openai_api import OpenAIModel  # noqa: E402
 
 SYSTEM = ("You are a helpful assistant and expert in news-article summaries. You help compare summaries to help "
@@ -80,9 +80,10 @@ def main() -> None:
             # A warm-up request (not timed), then N prompts never seen before by the server.
             list(model.answer_distributions([AnswerRequest(model.identity, (Message("system", SYSTEM),
                                                                            Message("user", judge_prompt(99_999 - k))),
-                                                           ("1", "2"))]))
+                                                           JudgeDecoding(("1", "2"), top_logprobs=20))]))
             reqs = [AnswerRequest(model.identity, (Message("system", SYSTEM),
-                                                   Message("user", judge_prompt(10_000 + k * 1_000 + i))), ("1", "2"))
+                                                   Message("user", judge_prompt(10_000 + k * 1_000 + i))),
+                                  JudgeDecoding(("1", "2"), top_logprobs=20))
                     for i in range(args.n)]
             t0 = time.time()
             results = list(model.answer_distributions(reqs))

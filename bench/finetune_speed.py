@@ -46,13 +46,14 @@ def compose_cfg(paper_data: str, store: str, cache_dir: str):
 
 def end_to_end(cfg) -> dict:
     from selfpref_sweep.finetune import prepare_finetuned_evaluator
+    from selfpref_sweep.spec import resolve_cell
     from selfpref_sweep.models import load_model
     from selfpref_sweep.store import Store
 
     store = Store(cfg.store.path)
     start = time.time()
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)
-    result = prepare_finetuned_evaluator(cfg, store, evaluator, show_progress=False)
+    result = prepare_finetuned_evaluator(resolve_cell(cfg), evaluator)
     wall = time.time() - start
     r = result.record
     return {"wall_s": round(wall, 1), "examples_s": r["examples_seconds"], "load_s": r["load_seconds"],
@@ -68,13 +69,15 @@ def step_comparison(cfg, examples_path: Path, steps: int) -> dict:
 
     from selfpref_sweep.finetune.examples import TrainingExample
     from selfpref_sweep.finetune.local_trainer import LoraTrainer, answer_loss, encode_examples, training_dtype
+    from selfpref_sweep.spec import resolve_cell
     from selfpref_sweep.models.base import Message
 
     row = json.loads(examples_path.read_text().splitlines()[0])
     ex = TrainingExample(row["article_id"], row["other"], row["own_position"],
                          tuple(Message(**m) for m in row["messages"]), row["answer"])
-    trainer = LoraTrainer(cfg, show_progress=False)
-    local = trainer.load_model(training_dtype(cfg, torch))
+    spec = resolve_cell(cfg)
+    trainer = LoraTrainer(spec.evaluator, spec.finetune, spec.model_cache, show_progress=False)
+    local = trainer.load_model(training_dtype(spec.finetune.settings.dtype, spec.evaluator.dtype, torch))
     (ids, answer_id), = encode_examples(local, [ex])
     lora = cfg.finetune_task.lora
     torch.manual_seed(0)

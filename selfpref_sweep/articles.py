@@ -1,14 +1,16 @@
-"""Which articles a cell can judge: empty ones are excluded, and ones longer than the models'
-context are cut to fit or refused (`articles.too_long`). The fine-tuning examples follow the same
-rule, so their prompts are the ones the evaluation builds."""
+"""Stage 1, articles: which articles a cell can judge.
+
+Empty articles are excluded, and ones longer than the models' context are cut to fit or refused
+(`articles.too_long`). The fine-tuning examples go through the same stage, so their prompts are the
+ones the evaluation builds.
+"""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set
 
-from omegaconf import DictConfig
-
-from .config import enum_value
+from .config import ArticlesConfig, ModelConfig, TooLong
 from .data import Article
 
 EMPTY_ARTICLE = "empty_article"
@@ -17,42 +19,52 @@ ARTICLE_TOO_LONG = "article_too_long"
 PROMPT_OVERHEAD_TOKENS = 400
 
 
-def article_budget(cfg: DictConfig, model_cfgs: List[DictConfig]) -> Optional[int]:
+@dataclass
+class ArticleSelection:
+    """The articles a cell judges (cut to fit where allowed), and why each other one is excluded."""
+
+    all: List[Article]  # every selected article, in order (each gets a line in results.jsonl)
+    usable: List[Article]  # the judgeable ones, truncated where needed
+    truncated: Set[str] = field(default_factory=set)
+    excluded: Dict[str, str] = field(default_factory=dict)  # article id -> reason
+
+
+def article_budget(models: Sequence[Optional[ModelConfig]], max_new_tokens: int, chars_per_token: float
+                   ) -> Optional[int]:
     """Most characters of article text that fit every model's context with room for the prompt,
     two summaries and the summary being generated; None when no model states its context."""
-    contexts = [m.get("context_tokens") for m in model_cfgs if m.get("context_tokens")]
+    contexts = [m.context_tokens for m in models if m is not None and m.context_tokens]
     if not contexts:
         return None
-    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(cfg.summaries.max_new_tokens)
-    return max(0, int(tokens * float(cfg.articles.chars_per_token)))
+    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(max_new_tokens)
+    return max(0, int(tokens * float(chars_per_token)))
 
 
-def usable_articles(cfg: DictConfig, articles: List[Article]) -> Tuple[List[Article], Set[str], Dict[str, str]]:
-    """The articles a cell can judge (truncated to fit where allowed), the ids truncated, and why
-    each other article is excluded."""
-    models = [cfg.evaluator] + ([cfg.source.model] if enum_value(cfg.source.kind) == "model" else [])
-    budget = article_budget(cfg, models)
-    usable, truncated, reasons = [], set(), {}
+def select_articles(articles: Sequence[Article], models: Sequence[Optional[ModelConfig]], max_new_tokens: int,
+                    rule: ArticlesConfig) -> ArticleSelection:
+    """The stage: exclude empty articles, fit the others to every model's context."""
+    budget = article_budget(models, max_new_tokens, rule.chars_per_token)
+    selection = ArticleSelection(all=list(articles), usable=[])
     for a in articles:
         if not a.text.strip():
-            reasons[a.id] = EMPTY_ARTICLE
+            selection.excluded[a.id] = EMPTY_ARTICLE
             continue
-        fitted = fit_article(a, budget, enum_value(cfg.articles.too_long))
+        fitted = fit_article(a, budget, rule.too_long)
         if fitted is None:
-            reasons[a.id] = ARTICLE_TOO_LONG
+            selection.excluded[a.id] = ARTICLE_TOO_LONG
         else:
-            usable.append(fitted)
+            selection.usable.append(fitted)
             if fitted is not a:
-                truncated.add(a.id)
-    return usable, truncated, reasons
+                selection.truncated.add(a.id)
+    return selection
 
 
-def fit_article(article: Article, budget: Optional[int], policy: str) -> Optional[Article]:
+def fit_article(article: Article, budget: Optional[int], policy: TooLong) -> Optional[Article]:
     """The article, cut at a word boundary to `budget` characters if it is longer (policy
-    "truncate"), or None (policy "refuse")."""
+    truncate), or None (policy refuse)."""
     if budget is None or len(article.text) <= budget:
         return article
-    if policy == "refuse":
+    if policy == TooLong.refuse:
         return None
     cut = article.text[:budget]
     cut = cut[: cut.rfind(" ")] if " " in cut else cut

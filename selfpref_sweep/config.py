@@ -66,9 +66,17 @@ class WeightsConfig:
 
 
 @dataclass
+class AdapterConfig:
+    """A fine-tune on top of a model: set by the fine-tuning stage, never by hand."""
+
+    fingerprint: str = MISSING  # the fine-tune's identity (task, data, N, seed, base, hyperparameters)
+    path: Optional[str] = None  # local LoRA adapter directory; None for API fine-tunes
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
-    backend: str = "local"  # key in selfpref_sweep.models.registry
+    backend: str = "local"  # a key of selfpref_sweep.models.BACKENDS (or of $SELFPREF_BACKENDS)
     # Hugging Face model id or a local directory in HF format; used when `weights` is unset.
     hf_id: Optional[str] = None
     revision: Optional[str] = None
@@ -96,6 +104,8 @@ class ModelConfig:
     sample_fallback_k: int = 0  # >0: estimate answer probabilities from k samples when no logprobs
     price_per_mtok_prompt: Optional[float] = None  # USD per million tokens, for the cost estimate
     price_per_mtok_completion: Optional[float] = None
+    # The fine-tune this model carries (part of its identity, so of every cache key); None for a base model.
+    adapter: Optional[AdapterConfig] = None
 
 
 @dataclass

@@ -59,11 +59,11 @@ def _select(articles: List[Article], cfg: DictConfig) -> List[Article]:
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]
         raise DataError(f"Dataset {cfg.name!r} has duplicate article ids (e.g. {dup}); ids must be unique.")
-    if cfg.get("seed") is not None:
+    if getattr(cfg, "seed", None) is not None:
         articles = list(articles)
         random.Random(int(cfg.seed)).shuffle(articles)
-    start = int(cfg.get("offset") or 0)
-    n = cfg.get("n_articles")
+    start = int(getattr(cfg, "offset", None) or 0)
+    n = getattr(cfg, "n_articles", None)
     return articles[start:] if n is None else articles[start : start + int(n)]
 
 
@@ -74,7 +74,7 @@ def load_demo(cfg: DictConfig) -> Dataset:
 
 
 def load_paper(cfg: DictConfig) -> Dataset:
-    if not cfg.get("root"):
+    if not getattr(cfg, "root", None):
         raise DataError(f"Dataset {cfg.name!r} needs the paper data's folder: add dataset.root=PATH "
                         f"(e.g. dataset.root=../shared/paper-data) or set SELFPREF_PAPER_DATA.")
     root = Path(cfg.root).expanduser()
@@ -96,19 +96,19 @@ def load_hf(cfg: DictConfig) -> Dataset:
     import datasets
 
     try:
-        rows = datasets.load_dataset(cfg.hf_path, cfg.get("hf_name"), split=cfg.split)
+        rows = datasets.load_dataset(cfg.hf_path, getattr(cfg, "hf_name", None), split=cfg.split)
     except Exception as exc:  # hub unreachable, bad path or split: say which and how to fix it
         raise DataError(
-            f"Could not load Hugging Face dataset {cfg.hf_path!r} (name={cfg.get('hf_name')}, split={cfg.split}): "
+            f"Could not load Hugging Face dataset {cfg.hf_path!r} (name={getattr(cfg, 'hf_name', None)}, split={cfg.split}): "
             f"{type(exc).__name__}: {exc}. Offline, point dataset.hf_path at a local copy."
         ) from exc
     missing = [f for f in (cfg.id_field, cfg.text_field, cfg.summary_field) if f not in rows.column_names]
     if missing:
         raise DataError(f"Dataset {cfg.hf_path!r} has no column(s) {missing}; columns: {rows.column_names}.")
     # Select before materializing: the full train splits hold 200k-300k articles.
-    n = cfg.get("n_articles")
-    if cfg.get("seed") is None and n is not None:
-        rows = rows.select(range(min(len(rows), int(cfg.get("offset") or 0) + int(n))))
+    n = getattr(cfg, "n_articles", None)
+    if getattr(cfg, "seed", None) is None and n is not None:
+        rows = rows.select(range(min(len(rows), int(getattr(cfg, "offset", None) or 0) + int(n))))
     articles = [Article(str(r[cfg.id_field]), r[cfg.text_field], r[cfg.summary_field]) for r in rows]
     return Dataset(cfg.name, cfg.task, _select(articles, cfg))
 

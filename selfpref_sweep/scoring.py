@@ -1,19 +1,23 @@
-"""Scores from answer distributions, and article-level bootstrap confidence intervals.
+"""Stage 6, scores: from answer distributions to per-item scores, and article-level bootstrap
+confidence intervals.
 
-One formula everywhere (paper-protocol.md, section 5): in each order the probability of the answer
-that points at the evaluator's own summary, renormalized over the two answers; the item's score is
-the mean over the two orders. The mass that fell on the answer tokens is kept, and items with too
-little of it are excluded *and counted*.
+One formula everywhere: in each order the probability of the answer that points at the evaluator's
+own summary, renormalized over the two answers; the item's score is the mean over the two orders.
+(The authors' code read unnormalized top-2 probabilities and silently dropped rows whose top token
+was not an answer; here the mass that fell on the answer tokens is kept, and items with too little
+of it are excluded *and counted*.)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .models.base import AnswerDistribution
+from .config import SettingName
+from .judging import BACKWARD, FORWARD, OTHER, OWN, ItemRequests
+from .models.base import AnswerDistribution, AnswerRequest
 
 # Why an item has no score; every reason is counted in summary.json.
 NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers
@@ -146,3 +150,28 @@ def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
     score = None if reason else own["value"] / (own["value"] + other["value"])
     return {"score": score, "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
             "summaries": {"own": own, "other": other}}
+
+
+# ------------------------------------------------------------------------------------ the stage
+def score_items(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
+                setting: SettingName, min_mass: float) -> List[Dict[str, dict]]:
+    """One verdict per item and question (see score_pair / score_individual)."""
+    out = []
+    for item in items:
+        verdicts = {}
+        for q, reqs in item.by_question.items():
+            if setting == SettingName.individual:
+                verdicts[q] = score_individual(individual_value(dists[reqs[OWN]], q, reqs[OWN].answers),
+                                               individual_value(dists[reqs[OTHER]], q, reqs[OTHER].answers), min_mass)
+                continue
+            verdicts[q] = score_pair(score_order(dists[reqs[FORWARD]], 1, reqs[FORWARD].answers),
+                                     score_order(dists[reqs[BACKWARD]], 2, reqs[BACKWARD].answers), min_mass)
+            if q == "preference" and item.labels is not None:
+                verdicts[q]["labels"] = {"own": item.labels[0], "other": item.labels[1]}
+        out.append(verdicts)
+    return out
+
+
+def unjudged(reason: str) -> dict:
+    """The verdict of an item that could not be judged (counted under `reason`)."""
+    return {"score": None, "excluded": True, "exclusion_reason": reason, "consistent": None}

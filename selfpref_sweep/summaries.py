@@ -1,69 +1,94 @@
-"""The two sets of summaries a cell compares: the evaluator's own and the other source's.
+"""Stage 2, summaries: the two sets a cell compares, the evaluator's own and the other source's.
 
 Model summaries are generated once per (model, prompt, decoding settings) through the call store;
-reference and imported summaries come with the dataset. A summary that is missing or empty is
-reported per article so the cell can count it, never silently dropped.
+reference and imported summaries come with the dataset. Every set is standardized alike, and a
+summary that is missing or empty is reported per article so the cell can count it, never silently
+dropped.
 """
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
 
-from omegaconf import DictConfig
-
-from .config import enum_value
+from .config import ModelConfig, SourceConfig, SourceKind
 from .data import Article, Dataset
 from .errors import ConfigError
-from .models.base import GenerateRequest
+from .models.base import GenerateRequest, GenerationDecoding
 from .models.cached import CachedModel
 from .prompts import fill, standardize, summarize_messages
 
-Summaries = Dict[str, Optional[str]]  # article id -> summary (None: missing)
+MISSING_SUMMARY = "missing_summary"
+EMPTY_SUMMARY = "empty_summary"
+HUMAN = "human"  # the dataset's reference summaries, as a source key
 
 
-def generation_request(model: CachedModel, model_cfg: DictConfig, prompts: Mapping, task: str, article: Article,
+@dataclass
+class SummarySet:
+    """One source's summaries of a cell's articles, standardized; `problems` names the unusable ones."""
+
+    source: str  # the name exclusions carry, e.g. "missing_summary:<source>"
+    texts: Dict[str, Optional[str]]  # article id -> summary (None: missing or empty)
+    problems: Dict[str, str] = field(default_factory=dict)  # article id -> missing_summary / empty_summary
+
+
+def generation_request(model: CachedModel, model_cfg: ModelConfig, prompts: Mapping, task: str, article: Article,
                        max_new_tokens: int) -> GenerateRequest:
     if model_cfg.chat:
         return GenerateRequest(model.identity, messages=summarize_messages(prompts, task, article.text),
-                               max_new_tokens=max_new_tokens)
-    if not model_cfg.get("completion_prompt"):
+                               decoding=GenerationDecoding(max_new_tokens=max_new_tokens))
+    if not model_cfg.completion_prompt:
         raise ConfigError(f"Model {model_cfg.name!r} has chat: false but no completion_prompt.")
     return GenerateRequest(model.identity, prompt=fill(model_cfg.completion_prompt, article=article.text),
-                           max_new_tokens=max_new_tokens, stop=tuple(model_cfg.stop))
+                           decoding=GenerationDecoding(max_new_tokens=max_new_tokens, stop=tuple(model_cfg.stop)))
 
 
-def model_summaries(model: CachedModel, model_cfg: DictConfig, prompts: Mapping, dataset: Dataset,
-                    articles: List[Article], max_new_tokens: int) -> Summaries:
-    requests = {a.id: generation_request(model, model_cfg, prompts, dataset.task, a, max_new_tokens) for a in articles}
+def generate_summaries(model: CachedModel, model_cfg: ModelConfig, prompts: Mapping, task: str,
+                       articles: Sequence[Article], max_new_tokens: int, standardize_them: bool,
+                       source: Optional[str] = None) -> SummarySet:
+    """A model's summaries of the articles (generated, or served from the call store)."""
+    requests = {a.id: generation_request(model, model_cfg, prompts, task, a, max_new_tokens) for a in articles}
     results = model.generate(list(requests.values()), desc=f"summaries by {model_cfg.name}")
-    return {aid: results[req].text for aid, req in requests.items()}
+    return clean(source or model_cfg.name, {aid: results[req].text for aid, req in requests.items()},
+                 standardize_them)
 
 
-def dataset_summaries(source_cfg: DictConfig, dataset: Dataset, articles: List[Article]) -> Summaries:
-    kind = str(enum_value(source_cfg.kind))
-    if kind == "reference":
-        return {a.id: a.reference for a in articles}
-    if kind == "imported":
-        if source_cfg.key not in dataset.imported:
+def dataset_summaries(dataset: Dataset, key: str, articles: Sequence[Article], standardize_them: bool,
+                      source: Optional[str] = None) -> SummarySet:
+    """The summaries that come with the dataset: the reference ("human") or an imported source's."""
+    if key == HUMAN:
+        texts = {a.id: a.reference for a in articles}
+    else:
+        if key not in dataset.imported:
             have = ", ".join(f"paper_{k}" for k in sorted(dataset.imported)) or "none"
-            raise ConfigError(f"Source {source_cfg.name!r} needs summaries {source_cfg.key!r} that dataset "
-                              f"{dataset.name!r} does not carry (its imported sources: {have}). Use a paper_* "
-                              f"dataset, e.g. dataset=paper_xsum dataset.root=../shared/paper-data.")
-        return {a.id: dataset.summary(source_cfg.key, a.id) for a in articles}
-    raise ConfigError(f"Source kind {kind!r} is not a dataset source.")
+            raise ConfigError(f"Source {source or key!r} needs summaries {key!r} that dataset {dataset.name!r} does "
+                              f"not carry (its imported sources: {have}). Use a paper_* dataset, e.g. "
+                              f"dataset=paper_xsum dataset.root=../shared/paper-data.")
+        texts = {a.id: dataset.summary(key, a.id) for a in articles}
+    return clean(source or key, texts, standardize_them)
 
 
-def clean(summaries: Summaries, standardize_them: bool) -> Tuple[Summaries, Dict[str, str]]:
+def source_summaries(source: SourceConfig, model: Optional[CachedModel], dataset: Dataset, prompts: Mapping,
+                     articles: Sequence[Article], max_new_tokens: int, standardize_them: bool) -> SummarySet:
+    """The other source's summaries: generated by its model, or the dataset's."""
+    if source.kind == SourceKind.model:
+        return generate_summaries(model, source.model, prompts, dataset.task, articles, max_new_tokens,
+                                  standardize_them, source=source.name)
+    key = HUMAN if source.kind == SourceKind.reference else source.key
+    return dataset_summaries(dataset, key, articles, standardize_them, source=source.name)
+
+
+def clean(source: str, texts: Mapping[str, Optional[str]], standardize_them: bool) -> SummarySet:
     """Apply the standardization (if on) and name the articles whose summary is unusable."""
-    out: Summaries = {}
+    out: Dict[str, Optional[str]] = {}
     problems: Dict[str, str] = {}
-    for aid, text in summaries.items():
+    for aid, text in texts.items():
         if text is None:
-            problems[aid] = "missing_summary"
+            problems[aid] = MISSING_SUMMARY
             out[aid] = None
             continue
         text = standardize(text) if standardize_them else text.strip()
         if not text:
-            problems[aid] = "empty_summary"
+            problems[aid] = EMPTY_SUMMARY
         out[aid] = text or None
-    return out, problems
+    return SummarySet(source, out, problems)

@@ -7,7 +7,10 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from .config import WandbConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +38,19 @@ def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class CellTracker:
-    def __init__(self, wandb_cfg: Dict[str, Any], run_dir: Path, name: str, group: str, config: Dict[str, Any]):
+    """A cell's W&B run. The config it logs is redacted here, once."""
+
+    def __init__(self, wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any]):
         self.run = None
-        mode = wandb_cfg.get("mode", "offline")
-        if mode == "disabled":
+        if wandb_cfg.mode == "disabled":
             return
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
         self.wandb = wandb
         self.run = wandb.init(
-            mode=mode, project=wandb_cfg.get("project"), entity=wandb_cfg.get("entity"), group=group, name=name,
-            job_type="cell", tags=list(wandb_cfg.get("tags") or []), dir=str(run_dir), config=redact(config),
+            mode=wandb_cfg.mode, project=wandb_cfg.project, entity=wandb_cfg.entity, group=group, name=name,
+            job_type="cell", tags=list(wandb_cfg.tags or []), dir=str(run_dir), config=redact(config),
             reinit="finish_previous",
         )
 
@@ -65,3 +69,15 @@ class CellTracker:
         if self.run is not None:
             self.run.finish()
             self.run = None
+
+
+def log_finetune(run, block: Optional[Dict[str, Any]]) -> None:
+    """A fine-tune's loss curve as its own series (x = finetune/step), and its scalars in the run summary."""
+    if run is None or not block:
+        return
+    run.define_metric("finetune/step")
+    run.define_metric("finetune/train_loss", step_metric="finetune/step")
+    for i, loss in enumerate(block.get("loss_curve") or [], start=1):
+        run.log({"finetune/step": i, "finetune/train_loss": loss})
+    run.summary.update({f"finetune/{k}": v for k, v in block.items()
+                        if isinstance(v, (int, float, str)) and not isinstance(v, bool) or v is None})

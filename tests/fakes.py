@@ -13,7 +13,7 @@ import time
 from typing import Iterator, Sequence, Tuple
 
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI,
-                                        ModelIdentity)
+                                        ModelIdentity, adapter_fingerprint)
 
 CONSTRUCTED = []  # how many times the backend was built (a cached re-run builds none)
 
@@ -27,7 +27,7 @@ class FakeModel(ModelAPI):
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
         return ModelIdentity(name=cfg.name, backend="fake", weights=f"fake:{cfg.name}", dtype="",
-                             adapter=cfg.get("adapter"))
+                             adapter=adapter_fingerprint(cfg))
 
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
         for req in requests:

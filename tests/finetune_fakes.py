@@ -3,12 +3,14 @@ control prompts (added to a composed config when conf/prompts/paper.yaml does no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
-from omegaconf import OmegaConf, open_dict
+from omegaconf import open_dict
 
-from selfpref_sweep.config import PromptPair
+from selfpref_sweep.config import AdapterConfig, PromptPair
+from selfpref_sweep.finetune.trainer import Trainer
 
 FAKE_TRAINER = "fake=tests.finetune_fakes:FakeTrainer"
 TRAINED = []  # one entry per training run: (task, finetune dataset, n examples)
@@ -37,32 +39,24 @@ def with_control_prompts(cfg):
     return cfg
 
 
-class FakeTrainer:
+class FakeTrainer(Trainer):
     """Writes a small 'adapter' file; records every training run in TRAINED."""
 
     kind = "fake"
     persistent_workdir = False
 
-    def __init__(self, cfg, show_progress: bool = True):
-        self.cfg = cfg
-
     def hyperparameters(self):
-        t = self.cfg.finetune_task
-        return {"method": "fake", "lr": float(t.lr), "epochs": int(t.epochs), "lora": OmegaConf.to_container(t.lora)}
+        t = self.finetune.settings
+        return {"method": "fake", "lr": float(t.lr), "epochs": int(t.epochs), "lora": dataclasses.asdict(t.lora)}
 
     def steps(self, n_examples: int) -> int:
         return n_examples
-
-    def status(self, entry) -> str:
-        return "ready" if entry.record() is not None else "absent"
 
     def train(self, examples, workdir: Path, digest: str = ""):
         TRAINED.append((examples.task, examples.dataset, len(examples.examples)))
         Path(workdir, "adapter.json").write_text(json.dumps({"digest": digest, "n": len(examples.examples)}))
         return {"trainer": self.kind, "loss_curve": [0.69, 0.5, 0.3], "n_steps": 3, "seconds": 0.01}
 
-    def tuned_model_cfg(self, base_cfg, entry, record):
-        d = OmegaConf.to_container(base_cfg, resolve=True, enum_to_str=True)
-        d["adapter"] = entry.fingerprint(self.kind)
-        d["adapter_path"] = str(entry.dir)
-        return OmegaConf.create(d)
+    def tuned_model(self, entry, record):
+        return dataclasses.replace(self.base, adapter=AdapterConfig(fingerprint=entry.fingerprint(self.kind),
+                                                                    path=str(entry.dir)))

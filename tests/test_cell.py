@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.cell import run_cell
 from selfpref_sweep.errors import ConfigError
 from tests import fakes
@@ -19,7 +20,7 @@ def read_items(run_dir):
 
 def test_cell_writes_results_and_summary(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=5"])
-    summary = run_cell(cfg, tmp_path / "cell")
+    summary = run_cell(resolve_cell(cfg), tmp_path / "cell")
     on_disk = json.loads((tmp_path / "cell" / "summary.json").read_text())
     assert on_disk["status"] == "complete" and on_disk["n_items"] == 5 and on_disk["n_excluded"] == 0
     for q in ("recognition", "preference"):
@@ -44,9 +45,9 @@ def test_cell_writes_results_and_summary(compose_cfg, tmp_path):
 
 def test_rerun_makes_no_model_calls_and_builds_no_model(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=3"])
-    first = run_cell(cfg, tmp_path / "a")
+    first = run_cell(resolve_cell(cfg), tmp_path / "a")
     fakes.CONSTRUCTED.clear()
-    again = run_cell(cfg, tmp_path / "b")
+    again = run_cell(resolve_cell(cfg), tmp_path / "b")
     assert first["model_calls"] > 0 and again["model_calls"] == 0
     assert fakes.CONSTRUCTED == []  # a fully cached cell never loads the model
     assert read_items(tmp_path / "a") == read_items(tmp_path / "b")
@@ -68,7 +69,7 @@ def test_exclusions_are_counted_not_dropped(compose_cfg, tmp_path, monkeypatch):
 
     monkeypatch.setitem(data.LOADERS, "demo", doctored)
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=6"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["n_items"] == 6 and s["n_excluded"] == 4
     assert s["exclusions"] == {"low_answer_mass": 1, "empty_article": 1, "missing_summary:human": 1,
                                "no_answer_probability": 1}
@@ -83,13 +84,13 @@ def test_exclusions_are_counted_not_dropped(compose_cfg, tmp_path, monkeypatch):
 def test_imported_source_needs_a_paper_dataset(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "source=paper_gpt4"])
     with pytest.raises(ConfigError, match="paper_xsum"):
-        run_cell(cfg, tmp_path / "cell")
+        run_cell(resolve_cell(cfg), tmp_path / "cell")
 
 
 def test_paper_cell_on_real_paper_data(compose_cfg, tmp_path, paper_data):
     cfg = compose_cfg([*FAKE_EVALUATOR, "source=paper_gpt4", "dataset=paper_xsum", f"dataset.root={paper_data}",
                        "dataset.n_articles=3"])
-    run_cell(cfg, tmp_path / "cell")
+    run_cell(resolve_cell(cfg), tmp_path / "cell")
     items = read_items(tmp_path / "cell")
     assert items[0]["article_id"] == "35232142"
     assert items[0]["other_summary"].startswith("Severe flooding in Newton Stewart")
@@ -154,7 +155,7 @@ def test_parallel_cells_share_the_store(tmp_path):
 def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch):
     import errno
 
-    from selfpref_sweep import cell as cell_module
+    from selfpref_sweep import files as cell_module  # where results are written
     from selfpref_sweep.errors import StorageError
 
     def full(fd):
@@ -164,9 +165,9 @@ def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch
     with monkeypatch.context() as m:
         m.setattr(cell_module.os, "fsync", full)
         with pytest.raises(StorageError, match="No space left"):
-            run_cell(cfg, tmp_path / "cell")
+            run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert list((tmp_path / "cell").iterdir()) == []  # no results.jsonl, no summary.json, no temp file
-    assert run_cell(cfg, tmp_path / "cell")["model_calls"] == 0  # the re-run only reads the cache
+    assert run_cell(resolve_cell(cfg), tmp_path / "cell")["model_calls"] == 0  # the re-run only reads the cache
 
 
 @pytest.mark.parametrize("policy", ["truncate", "refuse"])
@@ -185,7 +186,7 @@ def test_article_longer_than_the_context(compose_cfg, tmp_path, monkeypatch, pol
     # a 2000-token context leaves (2000 - 400 - 300) x 3 = 3900 characters of article
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=2", "evaluator.context_tokens=2000",
                        f"articles.too_long={policy}"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     items = read_items(tmp_path / "cell")
     if policy == "truncate":
         assert s["n_truncated_articles"] == 1 and s["n_excluded"] == 0

@@ -14,11 +14,13 @@ from omegaconf import OmegaConf
 
 from selfpref_sweep.data import load_dataset
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.finetune import (cell_fields, drop_training_articles, eval_dataset_cfg, finetune_plan, format_plan,
-                                     prepare_finetuned_evaluator, transfer)
+from selfpref_sweep.spec import resolve_cell
+from selfpref_sweep.config import TooLong
+from selfpref_sweep.finetune import drop_training_articles, finetune_plan, format_plan, prepare_finetuned_evaluator
 from selfpref_sweep.finetune import labels as L
-from selfpref_sweep.finetune.examples import build_examples, finetune_dataset_cfg, label_examples
-from selfpref_sweep.judging import Pair, pairwise_requests
+from selfpref_sweep.finetune.examples import available_others, build_examples, label_examples
+from selfpref_sweep.judging import pairwise_requests
+from selfpref_sweep.pairs import Pair
 from selfpref_sweep.models import load_model
 from selfpref_sweep.store import Store
 from tests import finetune_fakes
@@ -48,6 +50,25 @@ def ft_cfg(compose_cfg, tmp_path):
 
 def _prompts(cfg):
     return OmegaConf.to_container(cfg.prompts, resolve=True)
+
+
+# The resolved facts the tests check (all from the cell spec).
+def transfer(cfg):
+    return resolve_cell(cfg).transfer
+
+
+def cell_fields(cfg):
+    c = resolve_cell(cfg).coordinates
+    return {"finetune_dataset": c.finetune_dataset, "finetune_n_articles": c.finetune_n_articles,
+            "transfer": c.transfer}
+
+
+def eval_dataset_cfg(cfg):
+    return resolve_cell(cfg).dataset
+
+
+def finetune_dataset_cfg(cfg):
+    return resolve_cell(cfg).finetune.dataset
 
 
 # ------------------------------------------------------------------------------------------ labels
@@ -140,7 +161,7 @@ def test_examples_from_demo_are_balanced_and_use_the_evaluation_prompt(ft_cfg, t
     cfg = ft_cfg(["finetune_task=recognition", "finetune_task.n_articles=4"])
     store = Store(cfg.store.path)
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)
-    ex = build_examples(cfg, evaluator)
+    ex = build_examples(resolve_cell(cfg), evaluator)
     assert ex.others == ["human"] and len(ex.examples) == 4 * 1 * 2
     assert ex.label_balance == {"1": 4, "2": 4}
     assert ex.train_article_ids == [f"demo-{i:02d}" for i in range(1, 5)]
@@ -163,7 +184,7 @@ def test_every_task_builds_on_the_paper_data(ft_cfg, paper_data, task):
     cfg = ft_cfg([f"finetune_task={task}", "finetune_dataset=paper_xsum", f"dataset.root={paper_data}",
                   "finetune_task.n_articles=3"])
     store = Store(cfg.store.path)
-    ex = build_examples(cfg, load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
+    ex = build_examples(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
     assert ex.others == ["human", "gpt4", "gpt35", "claude", "llama"]  # 5 others for a non-paper evaluator
     assert ex.n_pairs == 3 * 5 and len(ex.examples) + ex.n_ties_dropped == 3 * 5 * 2
     bal = ex.label_balance
@@ -178,9 +199,7 @@ def test_a_paper_evaluator_does_not_count_its_own_paper_summaries_as_others(ft_c
     cfg = ft_cfg(["finetune_task=recognition", "finetune_dataset=paper_cnn", f"dataset.root={paper_data}",
                   "evaluator.name=gpt35"])
     ds = load_dataset(finetune_dataset_cfg(cfg))
-    from selfpref_sweep.finetune.examples import available_others
-
-    assert available_others(cfg, "paper", list(ds.imported)) == ["human", "gpt4", "claude", "llama"]  # 8N examples
+    assert available_others(cfg.evaluator.name, None, True, list(ds.imported)) == ["human", "gpt4", "claude", "llama"]  # 8N examples
 
 
 # ------------------------------------------------------------------------ disjoint train / eval
@@ -218,8 +237,8 @@ def test_training_articles_are_dropped_by_id_when_orders_differ(ft_cfg, tmp_path
     cfg = ft_cfg(["finetune_task=recognition", "finetune_task.n_articles=4", "finetune_dataset=demo",
                   "dataset.seed=7", "dataset.n_articles=14"])
     store = Store(cfg.store.path)
-    result = prepare_finetuned_evaluator(cfg, store, load_model(cfg.evaluator, store, cfg.paths.model_cache, False),
-                                         show_progress=False)
+    result = prepare_finetuned_evaluator(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache,
+                                                                       False))
     assert eval_dataset_cfg(cfg).offset == 0  # a differently shuffled list: offsets do not help...
     kept, dropped = drop_training_articles(load_dataset(eval_dataset_cfg(cfg)).articles, result)
     assert dropped == 4 and not {a.id for a in kept} & set(result.train_article_ids)  # ...ids do
@@ -229,7 +248,7 @@ def test_training_articles_are_dropped_by_id_when_orders_differ(ft_cfg, tmp_path
 def _prepare(cfg):
     store = Store(cfg.store.path)
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)
-    return prepare_finetuned_evaluator(cfg, store, evaluator, show_progress=False), evaluator
+    return prepare_finetuned_evaluator(resolve_cell(cfg), evaluator), evaluator
 
 
 def test_adapter_is_trained_once_and_reused_by_every_cell(ft_cfg, paper_data, tmp_path):
@@ -242,7 +261,7 @@ def test_adapter_is_trained_once_and_reused_by_every_cell(ft_cfg, paper_data, tm
     assert second.fingerprint == first.fingerprint and second.entry_dir == first.entry_dir
     assert second.record["loss_curve"] == [0.69, 0.5, 0.3]
     # the fine-tuned evaluator's identity carries the adapter; the base's does not
-    judge = load_model(first.evaluator_cfg, Store(tmp_path / "calls.sqlite"), str(tmp_path), False)
+    judge = load_model(first.model, Store(tmp_path / "calls.sqlite"), str(tmp_path), False)
     assert judge.identity.adapter == first.fingerprint and base.identity.adapter is None
     assert judge.identity != base.identity and judge.identity.name == base.identity.name
     # what is on disk
@@ -295,10 +314,11 @@ def test_a_failed_training_leaves_no_entry(ft_cfg, monkeypatch):
 
 def test_no_finetune_changes_nothing(ft_cfg):
     cfg = ft_cfg([])
-    assert prepare_finetuned_evaluator(cfg, Store(cfg.store.path), None) is None
+    spec = resolve_cell(cfg)
+    assert prepare_finetuned_evaluator(spec, None) is None
     assert cell_fields(cfg) == {"finetune_dataset": None, "finetune_n_articles": None, "transfer": "none"}
-    assert eval_dataset_cfg(cfg) is cfg.dataset
-    assert finetune_plan(cfg) is None and format_plan(None) == "finetune: none"
+    assert eval_dataset_cfg(cfg) == OmegaConf.to_object(cfg.dataset)
+    assert finetune_plan(spec) is None and format_plan(None) == "finetune: none"
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -309,7 +329,7 @@ def test_plan_says_what_would_be_trained_without_training(compose_cfg, tmp_path,
     monkeypatch.setenv("SELFPREF_BACKENDS", f"{FAKE_BACKEND},{OPENAI_BACKEND}")  # until models/__init__ lists it
     cfg = with_control_prompts(compose_cfg([f"evaluator={evaluator}", f"finetune_task={task}",
                                             f"paths.model_cache={tmp_path}"]))
-    plan = finetune_plan(cfg)
+    plan = finetune_plan(resolve_cell(cfg))
     assert plan["status"] == "absent" and plan["n_examples"] == 2 * 1 * 2  # demo: the human reference only
     assert plan["trainer"] == ("openai" if evaluator == "gpt35" else "lora")
     assert plan["eval_offset"] == 2 and plan["transfer"] == "in_domain"
@@ -321,11 +341,12 @@ def test_plan_says_what_would_be_trained_without_training(compose_cfg, tmp_path,
 def test_plan_sees_a_cached_adapter(ft_cfg, paper_data):
     cfg = ft_cfg(["finetune_task=vowel", "finetune_dataset=paper_xsum", f"dataset.root={paper_data}",
                   "dataset=paper_cnn"])
-    plan = finetune_plan(cfg)
+    plan = finetune_plan(resolve_cell(cfg))
     assert plan["status"] == "absent" and plan["n_examples"] == 2 * 5 * 2 and plan["n_examples_is_upper_bound"]
     assert "<= 20 examples" in format_plan(plan) and plan["transfer"] == "cross_dataset"
     _prepare(cfg)
-    assert finetune_plan(cfg)["status"] == "ready" and "cached" in format_plan(finetune_plan(cfg))
+    assert finetune_plan(resolve_cell(cfg))["status"] == "ready" and "cached" in format_plan(
+        finetune_plan(resolve_cell(cfg)))
 
 
 def test_every_task_and_finetune_dataset_composes():
@@ -347,10 +368,9 @@ def test_inverse_check_compares_new_and_old_summaries(ft_cfg):
     cfg = ft_cfg(["finetune_task=recognition", "finetune_task.n_articles=2", "dataset.n_articles=3"])
     result, base = _prepare(cfg)
     store = base.store
-    tuned = load_model(result.evaluator_cfg, store, cfg.paths.model_cache, False)
+    tuned = load_model(result.model, store, cfg.paths.model_cache, False)
     ds = load_dataset(eval_dataset_cfg(cfg))
-    out = inverse_check(cfg, base, tuned, result.evaluator_cfg, ds, ds.articles, _prompts(cfg),
-                        ["recognition", "preference"])
+    out = inverse_check(resolve_cell(cfg), base, tuned, result.model, ds, ds.articles)
     assert out["n_items"] == 3 and out["preference"]["n"] == 3
     assert 0 <= out["preference"]["mean"] <= 1
     assert tuned.calls > 0  # the tuned model wrote its own summaries (its identity differs from the base's)
@@ -360,10 +380,11 @@ def test_training_articles_follow_the_cells_length_rule(ft_cfg):
     from selfpref_sweep import articles as cell  # the rule every cell applies
     cfg = ft_cfg(["finetune_task=recognition", "finetune_task.n_articles=2", "evaluator.context_tokens=800"])
     store = Store(cfg.store.path)
-    ex = build_examples(cfg, load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
-    budget = cell.article_budget(cfg, [cfg.evaluator])
+    ex = build_examples(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
+    spec = resolve_cell(cfg)
+    budget = cell.article_budget([spec.evaluator], spec.summaries.max_new_tokens, spec.articles.chars_per_token)
     art = load_dataset(finetune_dataset_cfg(cfg)).articles[0]
-    fitted = cell.fit_article(art, budget, "truncate")
+    fitted = cell.fit_article(art, budget, TooLong.truncate)
     assert fitted is not art and ex.n_articles_truncated >= 1
     shown = ex.examples[0].messages[1].content.split("Article:\n")[1].split("\n\nSummary1:")[0]
     assert shown == fitted.text  # the prompt the evaluation would build for this article

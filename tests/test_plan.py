@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.cell import run_cell
 from selfpref_sweep.plan import plan_cell
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
@@ -13,20 +14,20 @@ def test_plan_counts_uncached_calls_and_spends_nothing(compose_cfg, tmp_path):
 
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=3"])
     fakes.CONSTRUCTED.clear()
-    plan = plan_cell(cfg, tmp_path / "plan")
+    plan = plan_cell(resolve_cell(cfg), tmp_path / "plan")
     assert fakes.CONSTRUCTED == []  # no model was built
     # 3 summaries + (3 articles x 2 questions x 2 orders) judge calls, none cached yet
     assert plan["uncached_calls"] == 3 + 12
     assert plan["prompt_tokens_est"] > 0 and plan["cost_usd_est"] is None  # a price-less model: unknown cost
     assert json.loads((tmp_path / "plan" / "plan.json").read_text())["uncached_calls"] == 15
-    run_cell(cfg, tmp_path / "cell")
-    assert plan_cell(cfg, tmp_path / "plan2")["uncached_calls"] == 0
+    run_cell(resolve_cell(cfg), tmp_path / "cell")
+    assert plan_cell(resolve_cell(cfg), tmp_path / "plan2")["uncached_calls"] == 0
 
 
 def test_plan_prices_api_style_models(compose_cfg, tmp_path):
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=2", "evaluator.price_per_mtok_prompt=1.0",
                        "evaluator.price_per_mtok_completion=2.0"])
-    plan = plan_cell(cfg, tmp_path / "plan")
+    plan = plan_cell(resolve_cell(cfg), tmp_path / "plan")
     expected = (plan["prompt_tokens_est"] * 1.0 + plan["completion_tokens_est"] * 2.0) / 1e6
     assert plan["cost_usd_est"] == round(expected, 4)
 

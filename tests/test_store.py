@@ -1,7 +1,8 @@
 import multiprocessing as mp
 import sqlite3
 
-from selfpref_sweep.models.base import AnswerDistribution, AnswerRequest, Message, ModelIdentity
+from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
+                                        JudgeDecoding, Message, ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.store import Store
 
@@ -9,7 +10,7 @@ IDENT = ModelIdentity("m", "fake", "w1", "bf16")
 
 
 def req(i, identity=IDENT):
-    return AnswerRequest(identity, (Message("user", f"q{i}"),), ("1", "2"))
+    return AnswerRequest(identity, (Message("user", f"q{i}"),), JudgeDecoding(("1", "2")))
 
 
 def test_key_covers_model_identity_prompt_and_settings():
@@ -18,7 +19,36 @@ def test_key_covers_model_identity_prompt_and_settings():
     assert base.cache_key() != req(2).cache_key()
     assert base.cache_key() != req(1, ModelIdentity("m", "fake", "w1", "bf16", adapter="abc")).cache_key()
     assert base.cache_key() != req(1, ModelIdentity("m", "fake", "w1", "fp32")).cache_key()
-    assert base.cache_key() != AnswerRequest(IDENT, base.messages, ("Yes", "No")).cache_key()
+    assert base.cache_key() != AnswerRequest(IDENT, base.messages, JudgeDecoding(("Yes", "No"))).cache_key()
+    # every decoding setting that changes an answer distribution is in the key
+    for decoding in (JudgeDecoding(("1", "2"), top_logprobs=5), JudgeDecoding(("1", "2"), sample_fallback_k=4)):
+        assert base.cache_key() != AnswerRequest(IDENT, base.messages, decoding).cache_key()
+    gen = GenerateRequest(IDENT, (Message("user", "x"),))
+    for decoding in (GenerationDecoding(max_new_tokens=50), GenerationDecoding(stop=("\n",)),
+                     GenerationDecoding(temperature=1.0)):
+        assert gen.cache_key() != GenerateRequest(IDENT, gen.messages, decoding=decoding).cache_key()
+
+
+def test_a_backend_version_bump_stops_old_entries_being_served(tmp_path):
+    store = Store(tmp_path / "s.sqlite")
+    calls = []
+
+    class Backend:
+        def answer_distributions(self, requests):
+            for r in requests:
+                calls.append(r)
+                yield r, AnswerDistribution({"1": 0.7, "2": 0.3})
+
+    def model(version):
+        identity = ModelIdentity("m", "fake", "w1", "bf16", backend_version=version)
+        return CachedModel(identity, Backend, store, show_progress=False)
+
+    model(1).answer_distributions([req(1, model(1).identity)])
+    model(1).answer_distributions([req(1, model(1).identity)])
+    assert len(calls) == 1  # served from the cache
+    bumped = model(2)
+    bumped.answer_distributions([req(1, bumped.identity)])
+    assert len(calls) == 2 and bumped.calls == 1  # the old entry is not served after the bump
 
 
 def test_hit_and_miss(tmp_path):

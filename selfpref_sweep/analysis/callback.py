@@ -50,9 +50,9 @@ def _wandb_cfg(config: DictConfig) -> dict[str, Any]:
             log.warning("analysis: could not resolve the wandb config (%s); using defaults", exc)
     cfg = dict(data) if isinstance(data, dict) else {}
     if not cfg.get("group"):
-        from .wandb_log import core_group_name
+        from ..record import wandb_group_name
 
-        cfg["group"] = core_group_name(str(config.hydra.sweep.dir))
+        cfg["group"] = wandb_group_name(str(config.hydra.sweep.dir))
     return cfg
 
 
@@ -85,12 +85,7 @@ class AnalysisCallback(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._disarm()
-        if config.get("plan"):  # a plan=true grid ran nothing: print the grid's plan instead
-            from ..plan import summarize_plans
-
-            summarize_plans(_sweep_dir(config))
-            return
-        if not self.enabled:
+        if config.get("plan") or not self.enabled:  # a plan=true grid ran nothing (its callback prints the plan)
             return
         try:
             sweep_dir, wandb_cfg = _sweep_dir(config), _wandb_cfg(config)

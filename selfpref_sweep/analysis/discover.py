@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..record import SUMMARY_FILE
+
 # Directories under a sweep that are never cells (our own output, W&B's offline runs).
 _SKIP_DIRS = frozenset({"analysis", "wandb"})
 
@@ -16,7 +18,7 @@ def _natural_key(path: Path, root: Path) -> tuple:
 
 
 def _is_cell_dir(path: Path) -> bool:
-    return (path / ".hydra").is_dir() or (path / "summary.json").is_file()
+    return (path / ".hydra").is_dir() or (path / SUMMARY_FILE).is_file()
 
 
 def find_cell_dirs(sweep_dir: Path) -> list[Path]:

@@ -20,20 +20,8 @@ import yaml
 
 from .discover import find_cell_dirs
 
-# Identity of a cell, as written by the core in summary.json["cell"].
-CELL_KEYS: tuple[str, ...] = (
-    "evaluator",
-    "source",
-    "dataset",
-    "setting",
-    "label",
-    "finetune_task",
-    "finetune_dataset",
-    "finetune_n_articles",
-    "transfer",
-)
-# Values assumed when an (older) summary.json lacks a key; transfer is derived instead.
-_CELL_DEFAULTS: dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}
+from ..record import CELL_DEFAULTS as _CELL_DEFAULTS
+from ..record import CELL_KEYS, ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, transfer_of
 
 STATUS_FAILED = "failed"
 STATUS_INCOMPLETE = "incomplete"
@@ -80,10 +68,8 @@ def num(value: Any) -> float:
 
 
 def derive_transfer(finetune_task: Any, finetune_dataset: Any, dataset: Any) -> str:
-    """The transfer condition, by the same rule as the core: none / in_domain / cross_dataset."""
-    if finetune_task in (None, "none"):
-        return "none"
-    return "in_domain" if finetune_dataset == dataset else "cross_dataset"
+    """The transfer condition of an older summary.json that lacks it (the record schema's rule)."""
+    return transfer_of(finetune_task, finetune_dataset, dataset).value
 
 
 def evaluator_variant(row: dict[str, Any] | pd.Series) -> str:
@@ -111,7 +97,7 @@ def read_overrides(cell_dir: Path) -> str:
 
 
 def _read_error(cell_dir: Path) -> str:
-    path = cell_dir / "cell.error.txt"
+    path = cell_dir / ERROR_FILE
     if not path.is_file():
         return ""
     try:
@@ -253,7 +239,7 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
             def problem(status: str, reason: str) -> None:
                 problems.append(CellProblem(cell_id, str(cell_dir), status, reason, overrides, error))
 
-            summary_path = cell_dir / "summary.json"
+            summary_path = cell_dir / SUMMARY_FILE
             if not summary_path.is_file():
                 if error:
                     problem(STATUS_FAILED, "failed: cell.error.txt present, no summary.json")
@@ -269,7 +255,7 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
                 problem(STATUS_FAILED, "summary.json is not a JSON object")
                 continue
             status = summary.get("status")
-            if status != "complete":
+            if status != STATUS_COMPLETE:
                 kind = STATUS_FAILED if (error or status in ("failed", "error")) else STATUS_INCOMPLETE
                 problem(kind, f"summary.json status is {status!r}, not 'complete'")
                 continue
@@ -281,7 +267,7 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
                 missing = [m for m, k in (("recognition", "rec_mean"), ("preference", "pref_mean")) if math.isnan(row[k])]
                 problem(STATUS_WARNING, f"{' and '.join(missing)} mean is null; cell left out of the cell-level fits")
 
-            results_path = cell_dir / "results.jsonl"
+            results_path = cell_dir / RESULTS_FILE
             if not results_path.is_file():
                 problem(STATUS_WARNING, "no results.jsonl; cell left out of the item-level fits")
                 continue

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import yaml
 
+from ..record import wandb_group_name
 from .discover import find_cell_dirs
 
-if TYPE_CHECKING:  # pragma: no cover - kept light: the Hydra callback imports core_group_name
+if TYPE_CHECKING:  # pragma: no cover - kept light
     import pandas as pd
 
     from .plots import PlotFile
@@ -28,14 +29,6 @@ WANDB_DEFAULTS: dict[str, Any] = {
     "mode": "offline", "project": "selfpref_sweep", "entity": None, "group": None, "tags": None,
 }
 WANDB_MODES = ("online", "offline", "disabled")
-
-
-def core_group_name(sweep_dir: str | Path) -> str:
-    """The W&B group run.py gives a sweep's cell runs: the sweep dir as Hydra spelled it, '/' -> '_'.
-
-    Keep in sync with run.py, so the analysis run lands in the same group as its cells.
-    """
-    return Path(sweep_dir).as_posix().replace("/", "_")
 
 
 def hydra_sweep_dir_string(sweep_dir: Path) -> Optional[str]:
@@ -67,7 +60,7 @@ def resolve_wandb_cfg(wandb_cfg: Optional[Mapping[str, Any]], sweep_dir: Path) -
         raise ValueError(f"wandb mode must be one of {', '.join(WANDB_MODES)}, not {cfg['mode']!r}")
     if cfg["group"] is None:
         spelled = hydra_sweep_dir_string(Path(sweep_dir))
-        cfg["group"] = core_group_name(spelled) if spelled else Path(sweep_dir).resolve().name
+        cfg["group"] = wandb_group_name(spelled) if spelled else Path(sweep_dir).resolve().name
     return cfg
 
 

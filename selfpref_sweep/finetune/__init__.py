@@ -1,14 +1,14 @@
 """Fine-tuning evaluators for self-recognition and control tasks (the paper's section 4).
 
-examples.py builds the training pairs and labels (labels.py), local_trainer.py trains a LoRA adapter
-(peft, loss on the answer token only), openai_trainer.py runs an OpenAI fine-tuning job, adapters.py
-caches each distinct fine-tuned model once, inverse.py is the inverse-causation check, and api.py is
-what a cell calls. Heavy imports (torch, peft, openai) happen only inside the trainers.
+examples.py builds the training pairs through the cell's own stages and labels them (labels.py);
+trainer.py is the one trainer interface and its registry, implemented by local_trainer.py (peft LoRA,
+loss on the answer token only) and openai_trainer.py (an OpenAI fine-tuning job); adapters.py caches
+each distinct fine-tuned model once; inverse.py is the inverse-causation check; prepare.py is what a
+cell calls. Heavy imports (torch, peft, openai) happen only inside the trainers.
 """
 
-from .api import (FinetuneResult, cell_fields, drop_training_articles, eval_dataset_cfg, finetune_plan, format_plan,
-                  is_finetuned, log_to_wandb, planned_evaluator_cfg, prepare_finetuned_evaluator, transfer)
+from .prepare import (FinetuneResult, drop_training_articles, finetune_plan, format_plan, planned_judge,
+                      prepare_finetuned_evaluator)
 
-__all__ = ["FinetuneResult", "cell_fields", "drop_training_articles", "eval_dataset_cfg", "finetune_plan",
-           "format_plan", "is_finetuned", "log_to_wandb", "planned_evaluator_cfg", "prepare_finetuned_evaluator",
-           "transfer"]
+__all__ = ["FinetuneResult", "drop_training_articles", "finetune_plan", "format_plan", "planned_judge",
+           "prepare_finetuned_evaluator"]

@@ -21,9 +21,17 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
 
 from filelock import FileLock
+
+from ..articles import article_budget
+from ..files import atomic_write_json, atomic_write_text  # noqa: F401 - re-exported for the trainers
+from ..models.base import ModelIdentity
+from ..spec import dataset_identity
+
+if TYPE_CHECKING:
+    from ..spec import CellSpec
 
 FORMAT_VERSION = 1
 RECORD = "finetune.json"
@@ -34,19 +42,6 @@ SPEC = "spec.json"
 def spec_digest(spec: Dict[str, Any]) -> str:
     blob = json.dumps(spec, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def _safe(part: str) -> str:
@@ -95,3 +90,39 @@ class CacheEntry:
         """The entry's own directory, for trainers that keep state across runs (API jobs)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         return self.dir
+
+
+def finetune_cache_spec(spec: "CellSpec", base: ModelIdentity, hyperparameters: Dict[str, Any], trainer_kind: str
+                        ) -> Dict[str, Any]:
+    """Everything that decides the fine-tuned model (and nothing that does not, such as paths)."""
+    ft = spec.finetune
+    ds = ft.dataset
+    return {
+        "format": FORMAT_VERSION,
+        "trainer": trainer_kind,
+        "base": {"name": base.name, "backend": base.backend, "weights": base.weights, "dtype": base.dtype,
+                 "adapter": base.adapter},
+        "task": ft.task.value,
+        "question": ft.question,
+        "prompt": spec.prompts["pairwise"].get(ft.question),
+        "summarize_prompt": spec.prompts["summarize"].get(ds.task),
+        "summaries": {"standardize": bool(spec.summaries.standardize),
+                      "max_new_tokens": int(spec.summaries.max_new_tokens)},
+        "articles": {"budget_chars": article_budget([spec.evaluator], spec.summaries.max_new_tokens,
+                                                    spec.articles.chars_per_token),
+                     "policy": spec.articles.too_long.value},
+        "finetune_dataset": dataset_identity(ds),
+        "n_articles": ft.n_articles,
+        "seed": int(ft.settings.seed),
+        "others": None if not ft.settings.others else [str(o) for o in ft.settings.others],
+        "evaluator_name": str(spec.evaluator.name),  # decides which paper source is "own"
+        "hyperparameters": hyperparameters,
+    }
+
+
+def cache_entry(spec: "CellSpec", base: ModelIdentity, hyperparameters: Dict[str, Any], trainer_kind: str
+                ) -> CacheEntry:
+    """The cache entry of the cell's fine-tune."""
+    ft = spec.finetune
+    label = f"{spec.evaluator.name}-{ft.task.value}-{ft.dataset.name}-n{ft.n_articles}-s{int(ft.settings.seed)}"
+    return CacheEntry(ft.cache_root, finetune_cache_spec(spec, base, hyperparameters, trainer_kind), label)

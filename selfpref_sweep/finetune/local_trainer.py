@@ -15,6 +15,7 @@ delta into bf16 weights would round much of it away.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -23,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from omegaconf import DictConfig, OmegaConf
-
+from ..config import AdapterConfig, FinetuneTaskConfig, ModelConfig
 from ..errors import ConfigError
 from .examples import ExampleSet, TrainingExample
+from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,8 @@ def bf16_supported(torch) -> bool:
         return False
 
 
-def training_dtype(cfg: DictConfig, torch) -> str:
-    want = cfg.finetune_task.get("dtype") or cfg.evaluator.get("dtype") or "bfloat16"
+def training_dtype(requested: Optional[str], evaluator_dtype: Optional[str], torch) -> str:
+    want = requested or evaluator_dtype or "bfloat16"
     if want == "bfloat16" and not bf16_supported(torch):
         log.warning("bfloat16 is not supported for training on this machine; training in float32")
         return "float32"
@@ -81,28 +82,19 @@ def answer_loss(torch, model, batch: Sequence[Tuple[List[int], int]], pad_id: in
     return F.cross_entropy(out.logits[:, -1, :].float(), targets)
 
 
-def lora_hyperparameters(cfg: DictConfig) -> Dict[str, Any]:
-    t = cfg.finetune_task
-    lora = OmegaConf.to_container(t.lora, resolve=True)
+def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: Optional[str]) -> Dict[str, Any]:
+    lora = {"r": int(t.lora.r), "alpha": int(t.lora.alpha), "dropout": float(t.lora.dropout),
+            "target_modules": list(t.lora.target_modules)}
     return {"method": "lora", "lora": lora, "lr": float(t.lr), "weight_decay": float(t.weight_decay),
             "epochs": int(t.epochs), "batch_size": int(t.batch_size),
-            "max_steps": None if t.get("max_steps") is None else int(t.max_steps),
-            "dtype": t.get("dtype") or cfg.evaluator.get("dtype"), "optimizer": "adamw", "schedule": "constant",
+            "max_steps": None if t.max_steps is None else int(t.max_steps),
+            "dtype": t.dtype or evaluator_dtype, "optimizer": "adamw", "schedule": "constant",
             "loss": "answer_token"}
 
 
 def n_steps(n_examples: int, epochs: int, batch_size: int, max_steps: Optional[int]) -> int:
     steps = math.ceil(n_examples / max(1, batch_size)) * max(1, epochs)
     return steps if max_steps is None else min(steps, int(max_steps))
-
-
-def attach_adapter(model, adapter_path: str):
-    """The base model with a saved LoRA adapter, unmerged, ready for inference."""
-    from peft import PeftModel
-
-    tuned = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=False)
-    tuned.eval()
-    return tuned
 
 
 def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tuple[List[int], int]]:
@@ -114,43 +106,34 @@ def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tu
     return out
 
 
-class LoraTrainer:
+class LoraTrainer(Trainer):
     """Trains a LoRA adapter for a local evaluator (backend "local")."""
 
     kind = "lora"
     persistent_workdir = False  # trains into a staging directory that is renamed into place when complete
-
-    def __init__(self, cfg: DictConfig, show_progress: bool = True):
-        self.cfg = cfg
-        self.show_progress = show_progress
+    frees_base_weights = True  # the generation copy of the weights is not needed while training
 
     def hyperparameters(self) -> Dict[str, Any]:
-        return lora_hyperparameters(self.cfg)
+        return lora_hyperparameters(self.finetune.settings, self.base.dtype)
 
     def steps(self, n_examples: int) -> int:
-        t = self.cfg.finetune_task
-        return n_steps(n_examples, int(t.epochs), int(t.batch_size), t.get("max_steps"))
-
-    def status(self, entry) -> str:
-        return "ready" if entry.record() is not None else "absent"
+        t = self.finetune.settings
+        return n_steps(n_examples, int(t.epochs), int(t.batch_size), t.max_steps)
 
     def load_model(self, dtype: str):
         from ..models.local import LocalModel
 
-        model_cfg = OmegaConf.create(OmegaConf.to_container(self.cfg.evaluator, resolve=True, enum_to_str=True))
-        model_cfg.dtype = dtype
-        model_cfg.pop("adapter", None)
-        model_cfg.pop("adapter_path", None)
-        return LocalModel(model_cfg, model_cache=self.cfg.paths.model_cache, show_progress=self.show_progress)
+        return LocalModel(dataclasses.replace(self.base, dtype=dtype, adapter=None), model_cache=self.model_cache,
+                          show_progress=self.show_progress)
 
     def train(self, examples: ExampleSet, workdir: Path, digest: str = "") -> Dict[str, Any]:
         import torch
         from peft import LoraConfig, get_peft_model
         from tqdm.auto import tqdm
 
-        t = self.cfg.finetune_task
+        t = self.finetune.settings
         seed = int(t.seed)
-        dtype = training_dtype(self.cfg, torch)
+        dtype = training_dtype(t.dtype, self.base.dtype, torch)
         start = time.time()
         local = self.load_model(dtype)
         load_s = time.time() - start
@@ -198,7 +181,6 @@ class LoraTrainer:
         del model, optimizer
         return {
             "trainer": self.kind,
-            "adapter_path": str(workdir),
             "loss_curve": losses,
             "n_steps": len(losses),
             "seconds": round(train_s, 2),
@@ -211,10 +193,8 @@ class LoraTrainer:
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         }
 
-    def tuned_model_cfg(self, base_cfg: DictConfig, entry, record: Dict[str, Any]) -> DictConfig:
-        """The evaluator config of the fine-tuned model: the base plus `adapter` (its fingerprint, part of
-        the identity and so of every cache key) and `adapter_path` (what LocalModel loads)."""
-        d = OmegaConf.to_container(base_cfg, resolve=True, enum_to_str=True)
-        d["adapter"] = entry.fingerprint(self.kind)
-        d["adapter_path"] = str(entry.dir)
-        return OmegaConf.create(d)
+    def tuned_model(self, entry, record: Dict[str, Any]) -> ModelConfig:
+        """The base plus its adapter: the fingerprint (part of the identity and so of every cache key) and
+        the directory LocalModel loads it from."""
+        return dataclasses.replace(self.base, adapter=AdapterConfig(fingerprint=entry.fingerprint(self.kind),
+                                                                    path=str(entry.dir)))

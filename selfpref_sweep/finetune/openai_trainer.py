@@ -20,6 +20,7 @@ Hyperparameters left null are omitted, so the API's defaults apply (as in the pa
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -27,17 +28,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
-from omegaconf import DictConfig, OmegaConf
-
+from ..config import AdapterConfig, ModelConfig
 from ..errors import ConfigError, ModelUnavailableError, SelfprefError
+from ..spec import FinetuneSpec
 from .adapters import atomic_write_json, atomic_write_text
 from .examples import ExampleSet
+from .trainer import Trainer
 
 log = logging.getLogger(__name__)
 
 STATE = "openai_job.json"
 TRAINING_FILE = "training.jsonl"
-DONE_STATUSES = ("succeeded", "failed", "cancelled")
 T = TypeVar("T")
 
 
@@ -61,16 +62,16 @@ def _get(obj: Any, name: str, default=None):
     return getattr(obj, name, default)
 
 
-class OpenAITrainer:
+class OpenAITrainer(Trainer):
     """Fine-tunes an OpenAI-backend evaluator through the fine-tuning API (or a compatible stand-in)."""
 
     kind = "openai"
     persistent_workdir = True  # the job state must survive restarts
 
-    def __init__(self, cfg: DictConfig, show_progress: bool = True, client=None, sleep: Callable[[float], None] = None):
-        self.cfg = cfg
-        self.show_progress = show_progress
-        self.o = cfg.finetune_task.openai
+    def __init__(self, base: ModelConfig, finetune: FinetuneSpec, model_cache: str, show_progress: bool = True,
+                 client=None, sleep: Callable[[float], None] = None):
+        super().__init__(base, finetune, model_cache, show_progress)
+        self.o = finetune.settings.openai
         self._client = client
         self._sleep = sleep or time.sleep
         self.api_calls = 0
@@ -78,13 +79,12 @@ class OpenAITrainer:
     # ------------------------------------------------------------------ config
     @property
     def base_model(self) -> str:
-        api_model = self.cfg.evaluator.get("model")
-        if not api_model:
-            raise ConfigError(f"Evaluator {self.cfg.evaluator.name!r} (backend openai) has no `model` to fine-tune.")
-        return str(api_model)
+        if not self.base.model:
+            raise ConfigError(f"Evaluator {self.base.name!r} (backend openai) has no `model` to fine-tune.")
+        return str(self.base.model)
 
     def hyperparameters(self) -> Dict[str, Any]:
-        hp = {k: self.o.get(k) for k in ("n_epochs", "batch_size", "learning_rate_multiplier")}
+        hp = {k: getattr(self.o, k) for k in ("n_epochs", "batch_size", "learning_rate_multiplier")}
         return {"method": "openai_supervised", "base_model": self.base_model,
                 **{k: v for k, v in hp.items() if v is not None}}
 
@@ -98,17 +98,17 @@ class OpenAITrainer:
 
             from ..models.openai_api import DEFAULT_BASE_URL, NO_KEY, is_loopback
 
-            base_url = str(self.cfg.evaluator.get("base_url") or DEFAULT_BASE_URL).rstrip("/")
-            env = str(self.cfg.evaluator.get("api_key_env") or "OPENAI_API_KEY")
+            base_url = str(self.base.base_url or DEFAULT_BASE_URL).rstrip("/")
+            env = str(self.base.api_key_env or "OPENAI_API_KEY")
             key = os.environ.get(env, "").strip()
             if not key:
                 if not is_loopback(base_url):
                     raise ModelUnavailableError(
-                        f"Fine-tuning {self.cfg.evaluator.name!r} calls {base_url} but the environment variable "
+                        f"Fine-tuning {self.base.name!r} calls {base_url} but the environment variable "
                         f"{env} (its API key) is not set.")
                 key = NO_KEY
             self._client = openai.OpenAI(api_key=key, base_url=base_url,
-                                         timeout=float(self.cfg.evaluator.get("timeout_s") or 60.0), max_retries=0)
+                                         timeout=float(self.base.timeout_s or 60.0), max_retries=0)
         return self._client
 
     # ------------------------------------------------------------------ state
@@ -140,7 +140,7 @@ class OpenAITrainer:
     def _call(self, fn: Callable[[], T], what: str) -> T:
         from ..models.openai_api import is_transient, retry_after_s
 
-        attempts = max(1, int(self.cfg.evaluator.get("max_retries") or 6) + 1)
+        attempts = max(1, int(self.base.max_retries or 6) + 1)
         for attempt in range(attempts):
             self.api_calls += 1
             try:
@@ -178,10 +178,9 @@ class OpenAITrainer:
 
     def _create(self, file_id: str, digest: str) -> Any:
         # suffix: at most 18 characters (the API's historical limit), readable in the model id.
-        task = self.cfg.finetune_task.name
-        suffix = f"{getattr(task, 'value', task)}"[:9] + f"-{digest[:8]}"
+        suffix = self.finetune.task.value[:9] + f"-{digest[:8]}"
         kwargs: Dict[str, Any] = dict(model=self.base_model, training_file=file_id,
-                                      seed=int(self.cfg.finetune_task.seed), suffix=suffix,
+                                      seed=int(self.finetune.settings.seed), suffix=suffix,
                                       metadata={"selfpref_spec": digest[:64]})
         hp = {k: v for k, v in self.hyperparameters().items() if k not in ("method", "base_model")}
         if hp:
@@ -209,7 +208,7 @@ class OpenAITrainer:
         workdir.mkdir(parents=True, exist_ok=True)
         state = self.state(workdir)
         start = time.time()
-        seed = int(self.cfg.finetune_task.seed)
+        seed = int(self.finetune.settings.seed)
         text = training_jsonl(examples, seed)
         if state.get("examples_sha256") and state["examples_sha256"] != examples.fingerprint():
             log.warning("the training examples changed since job %s was created; resuming that job anyway",
@@ -281,14 +280,11 @@ class OpenAITrainer:
                                       f"resume polling it (the job id is saved in {workdir / STATE}).")
             self._sleep(float(self.o.poll_interval_s))
 
-    def tuned_model_cfg(self, base_cfg: DictConfig, entry, record: Dict[str, Any]) -> DictConfig:
-        """The evaluator config of the fine-tuned model: the API's model id, plus `adapter` (the fine-tune's
-        fingerprint) so that the identity names the fine-tune even if two fine-tunes returned one id."""
-        d = OmegaConf.to_container(base_cfg, resolve=True, enum_to_str=True)
-        d["model"] = record["model_id"]
-        d["adapter"] = entry.fingerprint(self.kind)
-        d["base_model"] = base_cfg.get("model")
-        return OmegaConf.create(d)
+    def tuned_model(self, entry, record: Dict[str, Any]) -> ModelConfig:
+        """The API's fine-tuned model id, plus the adapter fingerprint so that the identity names the
+        fine-tune even if two fine-tunes returned one id (the paper's random and always-1 controls did)."""
+        return dataclasses.replace(self.base, model=record["model_id"],
+                                   adapter=AdapterConfig(fingerprint=entry.fingerprint(self.kind)))
 
 
 def _jsonable(obj: Any) -> Any:

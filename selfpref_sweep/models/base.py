@@ -1,8 +1,12 @@
 """The small model interface every backend implements, and its request/result types.
 
-Requests are frozen, hashable dataclasses. Their canonical JSON (model identity, prompt, decoding
-settings) is hashed into the cache key, so a call is never made twice for the same question to the
-same model, and a fine-tuned model (base + adapter) never shares entries with its base.
+Requests are frozen, hashable dataclasses. Their canonical JSON is hashed into the cache key, and it
+holds everything that decides a result: the model identity (base weights, adapter, numeric type and
+the backend's code version), the prompt, and the decoding settings, which live in one typed object
+per request kind (`JudgeDecoding`, `GenerationDecoding`). So a call is never made twice for the same
+question to the same model, a fine-tuned model (base + adapter) never shares entries with its base,
+and bumping a backend's `BACKEND_VERSION` (after a change to how it computes results) stops old
+entries from being served.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ class ModelIdentity:
     weights: str  # e.g. "hf:meta-llama/Llama-2-7b-chat-hf@main" or "gguf:<module versions>"
     dtype: str = ""
     adapter: Optional[str] = None  # fine-tuned adapter fingerprint; None for the base model
+    # The backend's computation version (its module's BACKEND_VERSION): bumped when a change to the
+    # backend changes results (e.g. the float32 output layer of the local backend), so old cache
+    # entries are not served.
+    backend_version: int = 1
 
     @property
     def label(self) -> str:
@@ -35,22 +43,50 @@ class Message:
     content: str
 
 
+# The layout of the cache key itself; bump it when the key's structure changes.
+CACHE_KEY_VERSION = 2
+
+
 def _key(obj: object) -> str:
-    blob = json.dumps(asdict(obj), sort_keys=True, ensure_ascii=False)
+    blob = json.dumps({"key_version": CACHE_KEY_VERSION, "request": asdict(obj)}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
-class GenerateRequest:
-    """Greedy (temperature 0) generation, as in the paper's summaries."""
+class GenerationDecoding:
+    """The settings that change a generated text. Greedy (temperature 0) by default, as in the paper."""
 
+    max_new_tokens: int = 100
+    stop: Tuple[str, ...] = ()
+    temperature: float = 0.0
+
+
+@dataclass(frozen=True)
+class JudgeDecoding:
+    """The settings that change an answer distribution: the answers read (every spelling of each
+    counts), how many top logprobs an API returns (None: not applicable, e.g. a local model's full
+    distribution), and how many samples estimate it when an API gives no logprobs (0: none)."""
+
+    answers: Tuple[str, ...]  # e.g. ("1", "2")
+    top_logprobs: Optional[int] = None
+    sample_fallback_k: int = 0
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
     model: ModelIdentity
     messages: Tuple[Message, ...] = ()  # chat models
     prompt: Optional[str] = None  # completion models (no chat template)
-    max_new_tokens: int = 100
-    temperature: float = 0.0
-    stop: Tuple[str, ...] = ()
+    decoding: GenerationDecoding = GenerationDecoding()
     kind: str = "generate"
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.decoding.max_new_tokens
+
+    @property
+    def stop(self) -> Tuple[str, ...]:
+        return self.decoding.stop
 
     def cache_key(self) -> str:
         return _key(self)
@@ -62,8 +98,12 @@ class AnswerRequest:
 
     model: ModelIdentity
     messages: Tuple[Message, ...]
-    answers: Tuple[str, ...]  # e.g. ("1", "2")
+    decoding: JudgeDecoding
     kind: str = "answer_distribution"
+
+    @property
+    def answers(self) -> Tuple[str, ...]:
+        return self.decoding.answers
 
     def cache_key(self) -> str:
         return _key(self)
@@ -122,12 +162,29 @@ class AnswerDistribution:
         )
 
 
+def option(cfg, key: str, default=None):
+    """A model config's setting, for typed configs (dataclasses) and DictConfigs alike."""
+    value = getattr(cfg, key, default)
+    return default if value is None else value
+
+
+def adapter_fingerprint(cfg) -> Optional[str]:
+    """The fine-tune fingerprint of a model config's adapter (None for a base model)."""
+    adapter = getattr(cfg, "adapter", None)
+    return None if adapter is None else str(adapter.fingerprint)
+
+
 class ModelAPI(ABC):
     """What a backend does. Both methods take a batch so a backend can order or parallelise the
     work (prefix reuse, requests in flight) and yield each result as soon as it has it, so the
     caller can cache it at once and an interruption loses at most the call in progress."""
 
     identity: ModelIdentity
+
+    @classmethod
+    def judge_settings(cls, cfg) -> Dict[str, object]:
+        """The model's judging settings that belong in JudgeDecoding (beyond the answers)."""
+        return {}
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:

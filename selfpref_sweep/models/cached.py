@@ -9,7 +9,8 @@ from typing import Callable, Dict, Optional, Sequence
 from tqdm.auto import tqdm
 
 from ..store import Store
-from .base import AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity, unique
+from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, JudgeDecoding, ModelAPI,
+                   ModelIdentity, unique)
 
 
 class CachedModel:
@@ -17,8 +18,9 @@ class CachedModel:
     so a fully cached re-run never loads a model."""
 
     def __init__(self, identity: ModelIdentity, factory: Callable[[], ModelAPI], store: Store,
-                 show_progress: bool = True):
+                 show_progress: bool = True, judge_settings: Optional[Dict[str, object]] = None):
         self.identity = identity
+        self.judge_settings = dict(judge_settings or {})
         self._factory = factory
         self._backend: Optional[ModelAPI] = None
         self.store = store
@@ -27,6 +29,10 @@ class CachedModel:
         self.cache_hits = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+
+    def judge_decoding(self, answers: Sequence[str]) -> JudgeDecoding:
+        """The decoding settings of this model's judge requests for these answers."""
+        return JudgeDecoding(tuple(answers), **self.judge_settings)
 
     @property
     def backend(self) -> ModelAPI:

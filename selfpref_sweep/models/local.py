@@ -15,14 +15,16 @@ import time
 from functools import cached_property
 from typing import Dict, Iterator, List, Sequence, Tuple
 
-from omegaconf import DictConfig
-
 from ..errors import ModelUnavailableError
+from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
+                   adapter_fingerprint, option)
 from .prefix import Extend, schedule
-from .base import AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity
 from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
+
+# Bump when a change here changes any result (1 -> 2: answer probabilities from a float32 output layer).
+BACKEND_VERSION = 2
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -43,12 +45,21 @@ def answer_token_ids(decoded_vocab: Sequence[str], answer: str, special_ids: set
     return ids
 
 
+def attach_adapter(model, adapter_path: str):
+    """The base model with a saved LoRA adapter, unmerged, ready for inference."""
+    from peft import PeftModel
+
+    tuned = PeftModel.from_pretrained(model, str(adapter_path), is_trainable=False)
+    tuned.eval()
+    return tuned
+
+
 class LocalModel(ModelAPI):
-    def __init__(self, cfg: DictConfig, model_cache: str, show_progress: bool = True):
+    def __init__(self, cfg, model_cache: str, show_progress: bool = True):
         self.cfg = cfg
         self.identity = self.identity_for(cfg)
         self.model_cache = model_cache
-        self.prefix_reuse = bool(cfg.get("prefix_reuse", True))
+        self.prefix_reuse = bool(option(cfg, "prefix_reuse", True))
         self.max_batch = 8  # prompts scored together after a shared prefix
         self._answer_ids: Dict[str, List[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
@@ -56,9 +67,9 @@ class LocalModel(ModelAPI):
         self._load()
 
     @classmethod
-    def identity_for(cls, cfg: DictConfig) -> ModelIdentity:
+    def identity_for(cls, cfg) -> ModelIdentity:
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg), dtype=cfg.dtype,
-                             adapter=cfg.get("adapter"))
+                             adapter=adapter_fingerprint(cfg), backend_version=BACKEND_VERSION)
 
     def _load(self) -> None:
         import torch
@@ -66,10 +77,10 @@ class LocalModel(ModelAPI):
 
         self.torch = torch
         start = time.time()
-        if self.cfg.get("weights"):
+        if option(self.cfg, "weights"):
             path, kwargs = str(local_hf_dir(self.cfg, self.model_cache)), {}
         else:
-            path, kwargs = self.cfg.hf_id, {"revision": self.cfg.get("revision")}
+            path, kwargs = self.cfg.hf_id, {"revision": option(self.cfg, "revision")}
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
             self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.cfg.dtype), **kwargs)
@@ -78,10 +89,9 @@ class LocalModel(ModelAPI):
                 f"Could not load model {self.cfg.name!r} from {path!r}: {exc}. Offline machines cannot reach the "
                 f"Hugging Face hub; point hf_id at a local copy (e.g. evaluator.hf_id=/models/Llama-2-7b-chat-hf)."
             ) from exc
-        if self.cfg.get("adapter_path"):  # a fine-tuned evaluator: base + LoRA adapter, kept unmerged
-            from ..finetune.local_trainer import attach_adapter
-
-            self.model = attach_adapter(self.model, self.cfg.adapter_path)
+        adapter = option(self.cfg, "adapter")
+        if adapter is not None and adapter.path:  # a fine-tuned evaluator: base + LoRA adapter, kept unmerged
+            self.model = attach_adapter(self.model, adapter.path)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device).eval()
         if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):

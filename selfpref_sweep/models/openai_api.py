@@ -38,9 +38,12 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from ..errors import ConfigError, ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   unique)
+                   adapter_fingerprint, unique)
 
 log = logging.getLogger(__name__)
+
+# Bump when a change here changes any result, so old cache entries are not served.
+BACKEND_VERSION = 1
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
@@ -54,11 +57,11 @@ R = TypeVar("R")
 
 
 # ---------------------------------------------------------------------------------------- config
-def _cfg_value(cfg: DictConfig, key: str, default=None):
-    """cfg[key], turning an unset required value (`???`, or an unset ${oc.env:...}) into a message
-    that says what to set."""
+def _cfg_value(cfg, key: str, default=None):
+    """cfg[key] (a typed ModelConfig or a DictConfig), turning an unset required value (`???`, or an
+    unset ${oc.env:...}) into a message that says what to set."""
     try:
-        value = cfg.get(key, default)
+        value = getattr(cfg, key, default)
     except (MissingMandatoryValue, InterpolationResolutionError) as exc:
         name = _safe_name(cfg)
         detail = str(exc).splitlines()[0]
@@ -69,9 +72,9 @@ def _cfg_value(cfg: DictConfig, key: str, default=None):
     return default if value is None else value
 
 
-def _safe_name(cfg: DictConfig) -> str:
+def _safe_name(cfg) -> str:
     try:
-        return str(cfg.get("name", "?"))
+        return str(getattr(cfg, "name", "?"))
     except MissingMandatoryValue:
         return "?"
 
@@ -174,10 +177,8 @@ class OpenAIModel(ModelAPI):
         self.api_model = str(_cfg_value(cfg, "model"))
         self.base_url = _base_url(cfg)
         self.max_concurrency = max(1, int(_cfg_value(cfg, "max_concurrency", 8)))
-        self.top_logprobs = max(0, min(int(_cfg_value(cfg, "top_logprobs", MAX_TOP_LOGPROBS)), MAX_TOP_LOGPROBS))
         self.timeout_s = float(_cfg_value(cfg, "timeout_s", 60.0))
         self.max_retries = max(0, int(_cfg_value(cfg, "max_retries", 6)))
-        self.sample_fallback_k = max(0, int(_cfg_value(cfg, "sample_fallback_k", 0)))
         self._n_supported: Optional[bool] = None  # whether the server honours n > 1
         key = self._api_key(cfg)
         self._secrets = tuple(s for s in (key,) if s and s != NO_KEY)
@@ -192,7 +193,14 @@ class OpenAIModel(ModelAPI):
         if not api_model:
             raise ConfigError(f"Model {_safe_name(cfg)!r} (backend openai) has no `model`, e.g. gpt-4o-mini.")
         return ModelIdentity(name=cfg.name, backend="openai", weights=f"api:{_base_url(cfg)}:{api_model}", dtype="",
-                             adapter=cfg.get("adapter"))
+                             adapter=adapter_fingerprint(cfg), backend_version=BACKEND_VERSION)
+
+    @classmethod
+    def judge_settings(cls, cfg) -> Dict[str, object]:
+        """top_logprobs (capped at the API's limit) and the sampling fallback: they change results, so they
+        travel in each judge request's JudgeDecoding (and its cache key)."""
+        return {"top_logprobs": max(0, min(int(_cfg_value(cfg, "top_logprobs", MAX_TOP_LOGPROBS)), MAX_TOP_LOGPROBS)),
+                "sample_fallback_k": max(0, int(_cfg_value(cfg, "sample_fallback_k", 0)))}
 
     def _api_key(self, cfg: DictConfig) -> str:
         env = str(_cfg_value(cfg, "api_key_env", "OPENAI_API_KEY"))
@@ -274,7 +282,7 @@ class OpenAIModel(ModelAPI):
     def _permanent_message(self, exc: BaseException, what: str) -> str:
         status = _status(exc)
         where = f"{self.identity.label} ({self.api_model} at {self.base_url})"
-        env = self.cfg.get("api_key_env", "OPENAI_API_KEY")
+        env = _cfg_value(self.cfg, "api_key_env", "OPENAI_API_KEY")
         hint = {
             401: f"the API key was rejected; check the environment variable {env}",
             403: f"the API key in {env} is not allowed to use this model or endpoint",
@@ -348,7 +356,7 @@ class OpenAIModel(ModelAPI):
         return self._fan_out(requests, self._generate_one)
 
     def _generate_one(self, req: GenerateRequest, stop: threading.Event) -> Generation:
-        kwargs = dict(messages=_messages(req), temperature=req.temperature, max_tokens=req.max_new_tokens)
+        kwargs = dict(messages=_messages(req), temperature=req.decoding.temperature, max_tokens=req.max_new_tokens)
         if req.stop:
             kwargs["stop"] = list(req.stop)[:4]  # the API takes at most 4
         resp = self._chat(stop, "generating", **kwargs)
@@ -367,14 +375,17 @@ class OpenAIModel(ModelAPI):
         return self._fan_out(requests, self._judge_one)
 
     def _judge_one(self, req: AnswerRequest, stop: threading.Event) -> AnswerDistribution:
+        top_logprobs = req.decoding.top_logprobs
+        if top_logprobs is None:  # a request built without this model's settings: the API's most
+            top_logprobs = MAX_TOP_LOGPROBS
         kwargs = dict(messages=_messages(req), temperature=0, max_tokens=1, logprobs=True)
-        if self.top_logprobs > 0:
-            kwargs["top_logprobs"] = self.top_logprobs
+        if top_logprobs > 0:
+            kwargs["top_logprobs"] = min(int(top_logprobs), MAX_TOP_LOGPROBS)
         resp = self._chat(stop, "judging", **kwargs)
         prompt_tokens, completion_tokens = _usage(resp)
         top = _first_token_top_logprobs(resp)
         if top is None:
-            if self.sample_fallback_k > 0:
+            if req.decoding.sample_fallback_k > 0:
                 return self._sampled(req, stop, prompt_tokens, completion_tokens)
             return AnswerDistribution(probs={a: 0.0 for a in req.answers}, method="unavailable",
                                       prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
@@ -384,7 +395,7 @@ class OpenAIModel(ModelAPI):
     def _sampled(self, req: AnswerRequest, stop: threading.Event, prompt_tokens: int,
                  completion_tokens: int) -> AnswerDistribution:
         """No logprobs: estimate each answer's probability from k samples at temperature 1."""
-        k = self.sample_fallback_k
+        k = req.decoding.sample_fallback_k
         texts: List[str] = []
         base = dict(messages=_messages(req), temperature=1.0, max_tokens=1)
         if self._n_supported is not False:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List
 
 from filelock import FileLock
-from omegaconf import DictConfig
+
 
 from ..errors import ModelUnavailableError
 
@@ -48,19 +48,19 @@ def _dist_version(module: str) -> str:
     return "unknown"
 
 
-def weights_fingerprint(cfg: DictConfig) -> str:
+def weights_fingerprint(cfg) -> str:
     """A short, stable description of the weights, part of every cache key."""
-    if cfg.get("weights"):
+    if getattr(cfg, "weights", None):
         w = cfg.weights
         parts = [f"{m}=={_dist_version(m)}" for m in w.modules]
-        return f"{w.format}:{','.join(parts)}" + (f":{w.file}" if w.get("file") else "")
-    if cfg.get("hf_id"):
-        return f"hf:{cfg.hf_id}@{cfg.get('revision') or 'main'}"
+        return f"{w.format}:{','.join(parts)}" + (f":{w.file}" if getattr(w, "file", None) else "")
+    if getattr(cfg, "hf_id", None):
+        return f"hf:{cfg.hf_id}@{getattr(cfg, 'revision', None) or 'main'}"
     raise ModelUnavailableError(f"Model {cfg.name!r} names neither `weights` nor `hf_id`.")
 
 
-def _assemble_gguf(w: DictConfig, out_dir: Path) -> Path:
-    hint = w.get("install_hint", "")
+def _assemble_gguf(w, out_dir: Path) -> Path:
+    hint = getattr(w, "install_hint", "") or ""
     if w.format == "gguf_parts":
         target = out_dir / "model.gguf"
         with open(target, "wb") as out:
@@ -84,7 +84,7 @@ def _assemble_gguf(w: DictConfig, out_dir: Path) -> Path:
     raise ModelUnavailableError(f"Unknown weights format {w.format!r} (gguf_parts, gguf_file, gguf_assembler).")
 
 
-def local_hf_dir(cfg: DictConfig, model_cache: str) -> Path:
+def local_hf_dir(cfg, model_cache: str) -> Path:
     """A directory in Hugging Face format holding the model's weights and tokenizer."""
     fingerprint = weights_fingerprint(cfg)
     digest = hashlib.sha256(f"{fingerprint}|{cfg.dtype}".encode()).hexdigest()[:12]

@@ -1,0 +1,104 @@
+"""Stage 7, the cell record: one results.jsonl line per article and summary.json's statistics.
+
+Field names are the record schema's (record.py), which the analysis reads back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence
+
+from .articles import ArticleSelection
+from .pairs import PairSet
+from .record import EXCLUDED, EXCLUSION_REASON, STATUS_COMPLETE
+from .scoring import summarize_question, unjudged
+from .spec import CellSpec
+from .summaries import SummarySet
+
+
+def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet,
+                 verdicts: Sequence[Dict[str, dict]]) -> List[Dict[str, Any]]:
+    """Every selected article, judged or with the reason it could not be (never dropped)."""
+    judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
+    c = spec.coordinates
+    items = []
+    for a in selection.all:
+        item_verdicts = judged.get(a.id) or {q: unjudged(pairs.excluded[a.id]) for q in spec.questions}
+        items.append({"article_id": a.id, "evaluator": c.evaluator, "source": c.source, "dataset": c.dataset,
+                      "article_truncated": a.id in selection.truncated, "own_summary": own.texts.get(a.id),
+                      "other_summary": other.texts.get(a.id), **item_verdicts})
+    return items
+
+
+def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) -> Dict[str, int]:
+    """Items per exclusion reason (an item excluded in both questions for one reason counts once)."""
+    counts: Dict[str, int] = {}
+    for it in items:
+        for why in sorted({it[q][EXCLUSION_REASON] for q in questions if it[q][EXCLUDED]}):
+            counts[why] = counts.get(why, 0) + 1
+    return counts
+
+
+def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection) -> Dict[str, Any]:
+    """summary.json's statistics: per question the mean score with its article-level bootstrap CI."""
+    boot = spec.bootstrap
+    per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
+                    for q in spec.questions}
+    excluded = [it for it in items if any(it[q][EXCLUDED] for q in spec.questions)]
+    return {
+        "status": STATUS_COMPLETE,
+        "cell": spec.coordinates.to_json(),
+        "n_articles": len(selection.all),
+        "n_items": len(items),
+        "n_excluded": len(excluded),
+        "exclusions": exclusion_counts(items, spec.questions),
+        "n_truncated_articles": len(selection.truncated),
+        **per_question,
+        "position_consistency": {q: per_question[q]["position_consistency"] for q in spec.questions},
+        "min_answer_mass": float(spec.judge.min_answer_mass),
+        "elapsed_s": None,
+    }
+
+
+def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
+    """An item as one flat row of the W&B item table."""
+    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
+    for q in questions:
+        v = item[q]
+        row[f"{q}_score"] = v["score"]
+        row[f"{q}_excluded"] = v["exclusion_reason"]
+        if "summaries" in v:  # individual setting: each summary's value and answer mass
+            for name in ("own", "other"):
+                o = (v["summaries"] or {}).get(name) or {}
+                row[f"{q}_{name}_value"] = o.get("value")
+                row[f"{q}_{name}_mass"] = o.get("mass")
+            continue
+        for name in ("forward", "backward"):
+            o = (v.get("orders") or {}).get(name) or {}
+            row[f"{q}_{name}_p_own"] = o.get("p_own")
+            row[f"{q}_{name}_mass"] = o.get("mass")
+            row[f"{q}_{name}_chosen_position"] = o.get("chosen_position")
+    return row
+
+
+def _fmt(stats: Dict[str, Any]) -> str:
+    if stats.get("mean") is None:
+        return "n/a (no scored items)"
+    ci = "" if stats.get("ci_low") is None else f"  95% CI [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+    return f"{stats['mean']:.3f}{ci}  (n={stats['n']}, excluded {stats['n_excluded']})"
+
+
+def format_result(summary: Dict[str, Any], where: str) -> str:
+    """The cell's result as printed at its end."""
+    c = summary["cell"]
+    lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
+    for q in ("recognition", "preference"):
+        if q in summary:
+            pc = summary["position_consistency"].get(q)
+            lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
+                         + ("" if pc is None else f"  position-consistent {pc:.0%}"))
+    lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+    if summary["n_excluded"]:
+        lines.append(f"  excluded items: {summary['n_excluded']} of {summary['n_items']} {summary['exclusions']}")
+    lines.append(f"  model calls: {summary['model_calls']} (cache hits {summary['cache_hits']}), "
+                 f"{summary['elapsed_s']:.1f}s -> {where}")
+    return "\n".join(lines)

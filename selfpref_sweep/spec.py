@@ -1,0 +1,179 @@
+"""The cell spec: the Hydra config resolved once, at the entry point, into typed, frozen facts.
+
+Every stage takes the narrow typed arguments it needs from here (a model config, the evaluation
+dataset, the questions, ...) instead of re-deriving them from the whole config: which dataset the
+cell evaluates on (after the fine-tuning articles, when they come from the same list), what the
+evaluator is fine-tuned on, the transfer condition, the display names of the label experiment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+
+from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
+                     FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
+                     SummariesConfig, WandbConfig)
+from .errors import ConfigError
+from .record import CellCoordinates, Transfer, transfer_of
+
+# Tasks that ask the recognition question when training; the others ask their own control question.
+RECOGNITION_PROMPT_TASKS = (FinetuneTaskName.recognition, FinetuneTaskName.always_1, FinetuneTaskName.random)
+
+
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """What the evaluator is fine-tuned on, and how."""
+
+    task: FinetuneTaskName
+    settings: FinetuneTaskConfig  # n_articles, seed, others, trainer hyperparameters, inverse check
+    dataset: DatasetConfig  # the fine-tune dataset, selecting exactly its first n_articles training articles
+    question: str  # the prompts.pairwise key of the training prompt
+    cache_root: Path  # where fine-tuned models are cached
+
+    @property
+    def n_articles(self) -> int:
+        return int(self.dataset.n_articles)
+
+    @property
+    def train_end(self) -> int:
+        """Index (in the dataset's article order) just past the training articles."""
+        return int(self.dataset.offset or 0) + self.n_articles
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    coordinates: CellCoordinates
+    evaluator: ModelConfig  # the base model: writes the own summaries (and judges, unless fine-tuned)
+    source: SourceConfig
+    dataset: DatasetConfig  # the evaluation dataset (offset past the training articles when in-domain)
+    setting: SettingName
+    questions: Tuple[str, ...]
+    label: LabelName
+    own_display_name: str  # what the label experiment calls the evaluator / the source
+    other_display_name: str
+    finetune: Optional[FinetuneSpec]
+    prompts: Mapping[str, Any]
+    summaries: SummariesConfig
+    judge: JudgeConfig
+    articles: ArticlesConfig
+    bootstrap: BootstrapConfig
+    store_path: str
+    model_cache: str
+    wandb: WandbConfig
+    seed: int
+    show_progress: bool
+    plan: bool
+    config: Mapping[str, Any]  # the whole resolved config, plain data (logged to W&B after redaction)
+
+    @property
+    def source_model(self) -> Optional[ModelConfig]:
+        return self.source.model if self.source.kind == SourceKind.model else None
+
+    @property
+    def transfer(self) -> Transfer:
+        return Transfer(self.coordinates.transfer)
+
+    @property
+    def judge_variant(self) -> str:
+        """The judging model: the evaluator, plus its fine-tune (task, N, dataset) if any."""
+        ft = self.finetune
+        if ft is None:
+            return self.evaluator.name
+        return f"{self.evaluator.name}+ft_{ft.task.value}_n{ft.n_articles}_{ft.dataset.name}"
+
+    @property
+    def skip_reason(self) -> Optional[str]:
+        """Why this grid point is not a cell of the design, if it is not."""
+        if self.label != LabelName.none and self.setting != SettingName.pairwise:
+            return (f"label={self.label.value} tags the two summaries of the pairwise preference prompt; "
+                    f"it does not apply to setting={self.setting.value}")
+        return None
+
+
+# ------------------------------------------------------------------------------------ resolution
+def resolve_cell(cfg: DictConfig) -> CellSpec:
+    """The typed cell spec of a composed config. Unset required values become a ConfigError that names them."""
+    typed = _typed(cfg)
+    finetune = _finetune_spec(typed)
+    dataset = _evaluation_dataset(typed.dataset, finetune)
+    finetune_dataset = None if finetune is None else finetune.dataset.name
+    coordinates = CellCoordinates(
+        evaluator=typed.evaluator.name, source=typed.source.name, dataset=typed.dataset.name,
+        setting=typed.setting.name.value, label=typed.label.name.value, finetune_task=typed.finetune_task.name.value,
+        finetune_dataset=finetune_dataset, finetune_n_articles=None if finetune is None else finetune.n_articles,
+        transfer=transfer_of(typed.finetune_task.name.value, finetune_dataset, typed.dataset.name).value)
+    names = typed.label.display_names
+    return CellSpec(
+        coordinates=coordinates, evaluator=typed.evaluator, source=typed.source, dataset=dataset,
+        setting=typed.setting.name, questions=tuple(typed.setting.questions), label=typed.label.name,
+        own_display_name=names.get(typed.evaluator.name) or typed.evaluator.display_name or typed.evaluator.name,
+        other_display_name=names.get(typed.source.name) or typed.source.display_name or typed.source.name,
+        finetune=finetune, prompts=OmegaConf.to_container(cfg.prompts, resolve=True),
+        summaries=typed.summaries, judge=typed.judge, articles=typed.articles, bootstrap=typed.bootstrap,
+        store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache), wandb=typed.wandb,
+        seed=int(typed.seed), show_progress=bool(typed.show_progress), plan=bool(typed.plan),
+        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+
+
+def _typed(cfg: DictConfig) -> Config:
+    try:
+        typed = OmegaConf.to_object(cfg)
+    except (MissingMandatoryValue, InterpolationResolutionError) as exc:
+        key = getattr(exc, "full_key", None) or "?"
+        detail = str(exc).splitlines()[0]
+        raise ConfigError(f"The config value {key} is not set ({detail}); set it on the command line, e.g. "
+                          f"{key}=...") from None
+    if not isinstance(typed, Config):  # composed without the schema (a hand-made config)
+        raise ConfigError("The config was not composed with the selfpref_sweep schema (conf/config.yaml's "
+                          "base_config).")
+    return typed
+
+
+def _finetune_spec(c: Config) -> Optional[FinetuneSpec]:
+    task = c.finetune_task
+    if task.name == FinetuneTaskName.none:
+        return None
+    if task.n_articles is None or int(task.n_articles) < 1:
+        raise ConfigError(f"finetune_task={task.name.value} needs finetune_task.n_articles >= 1 (the paper used 2, "
+                          f"10 and 500), got {task.n_articles}.")
+    # null finetune_dataset: the cell's own dataset, from its first article (in-domain).
+    base = c.finetune_dataset if c.finetune_dataset is not None else dataclasses.replace(c.dataset, offset=0)
+    root = base.root
+    if base.kind == DatasetKind.paper and not root:
+        root = os.environ.get("SELFPREF_PAPER_DATA") or (c.dataset.root if c.dataset.kind == DatasetKind.paper
+                                                          else None)
+    dataset = dataclasses.replace(base, n_articles=int(task.n_articles), root=root)
+    question = task.question or ("recognition" if task.name in RECOGNITION_PROMPT_TASKS else task.name.value)
+    cache_root = Path(task.cache_dir or Path(str(c.paths.model_cache)).expanduser() / "finetunes").expanduser()
+    return FinetuneSpec(task=task.name, settings=task, dataset=dataset, question=question, cache_root=cache_root)
+
+
+def dataset_identity(d: DatasetConfig) -> Dict[str, Any]:
+    """What selects a dataset's articles and summaries, independent of where its files live."""
+    keys = {DatasetKind.demo: (), DatasetKind.paper: ("paper_name",),
+            DatasetKind.hf: ("hf_path", "hf_name", "split", "id_field", "text_field", "summary_field")}[d.kind]
+    return {"name": d.name, "kind": d.kind.value, "task": d.task, "seed": d.seed, "offset": int(d.offset or 0),
+            **{k: getattr(d, k) for k in keys}}
+
+
+def same_articles(a: DatasetConfig, b: DatasetConfig) -> bool:
+    """Whether two dataset configs draw from the same article list in the same order."""
+    ia, ib = dataset_identity(a), dataset_identity(b)
+    for key in ("offset", "name"):
+        ia.pop(key), ib.pop(key)
+    return ia == ib
+
+
+def _evaluation_dataset(dataset: DatasetConfig, finetune: Optional[FinetuneSpec]) -> DatasetConfig:
+    """The cell's dataset, starting after the training articles when it draws from the same article list
+    as the fine-tune dataset (the paper's keys[N:] filter); unchanged otherwise."""
+    if finetune is None or not same_articles(finetune.dataset, dataset):
+        return dataset
+    return dataclasses.replace(dataset, offset=max(int(dataset.offset or 0), finetune.train_end))
