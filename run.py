@@ -27,12 +27,14 @@ logging.getLogger("httpx").setLevel(logging.WARNING)
 def main(cfg: DictConfig) -> None:
     from selfpref_sweep.cell import run_cell  # after Hydra has parsed the command line: keeps --help fast
     from selfpref_sweep.plan import plan_cell
+    from selfpref_sweep.validation import validate_config
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     sweeping = hc.mode == RunMode.MULTIRUN
     group = Path(hc.sweep.dir).as_posix().replace("/", "_") if sweeping else None
     try:
+        validate_config(cfg)  # ranges and unknown keys, before anything is loaded or spent
         if cfg.plan:
             plan_cell(cfg, run_dir)
         else:

@@ -1,6 +1,6 @@
 """Which articles a cell can judge: empty ones are excluded, and ones longer than the models'
-context are cut to fit or refused (`articles.too_long`). The fine-tuning examples follow the same
-rule, so their prompts are the ones the evaluation builds."""
+context, or than `articles.max_tokens`, are cut to fit or refused (`articles.too_long`). The
+fine-tuning examples follow the same rule, so their prompts are the ones the evaluation builds."""
 
 from __future__ import annotations
 
@@ -18,13 +18,16 @@ PROMPT_OVERHEAD_TOKENS = 400
 
 
 def article_budget(cfg: DictConfig, model_cfgs: List[DictConfig]) -> Optional[int]:
-    """Most characters of article text that fit every model's context with room for the prompt,
-    two summaries and the summary being generated; None when no model states its context."""
-    contexts = [m.get("context_tokens") for m in model_cfgs if m.get("context_tokens")]
-    if not contexts:
+    """Most characters of article text a prompt carries: what fits every model's context with room for the
+    prompt, two summaries and the summary being generated, and at most `articles.max_tokens` (a huge
+    article costs bounded time); None when neither limits it."""
+    limits = [m.get("context_tokens") - PROMPT_OVERHEAD_TOKENS - 3 * int(cfg.summaries.max_new_tokens)
+              for m in model_cfgs if m.get("context_tokens")]
+    if cfg.articles.get("max_tokens") is not None:
+        limits.append(int(cfg.articles.max_tokens))
+    if not limits:
         return None
-    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(cfg.summaries.max_new_tokens)
-    return max(0, int(tokens * float(cfg.articles.chars_per_token)))
+    return max(0, int(min(limits) * float(cfg.articles.chars_per_token)))
 
 
 def usable_articles(cfg: DictConfig, articles: List[Article]) -> Tuple[List[Article], Set[str], Dict[str, str]]:

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .articles import usable_articles
 from .config import enum_value
-from .data import load_dataset
+from .data import load_dataset, selection_warnings
 from .errors import ConfigError, DataError, StorageError
 from .finetune import (cell_fields, drop_training_articles, eval_dataset_cfg, log_to_wandb,
                        prepare_finetuned_evaluator)
@@ -86,8 +86,12 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
 
     store = Store(cfg.store.path)
     # In-domain fine-tunes: evaluation starts after the training articles (the paper's keys[N:]).
-    dataset = load_dataset(eval_dataset_cfg(cfg))
+    dataset_cfg = eval_dataset_cfg(cfg)
+    dataset = load_dataset(dataset_cfg)
     articles = dataset.articles
+    warnings = selection_warnings(dataset_cfg, dataset)  # fewer articles than asked: said, never silent
+    for w in warnings:
+        log.warning(w)
     if not articles:
         raise DataError(f"Dataset {dataset.name!r} selected no articles (n_articles={cfg.dataset.n_articles}, "
                         f"offset={cfg.dataset.offset}).")
@@ -166,6 +170,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, wandb_group: Optional[str] = None) 
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in questions},
         "min_answer_mass": float(cfg.judge.min_answer_mass),
+        "warnings": warnings,
         "elapsed_s": None,
     }
 
@@ -250,6 +255,8 @@ def format_result(summary: Dict[str, Any], run_dir: Path) -> str:
             lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
                          + ("" if pc is None else f"  position-consistent {pc:.0%}"))
     lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+    for w in summary.get("warnings") or []:
+        lines.append(f"  warning: {w}")
     if summary["n_excluded"]:
         lines.append(f"  excluded items: {summary['n_excluded']} of {summary['n_items']} {summary['exclusions']}")
     lines.append(f"  model calls: {summary['model_calls']} (cache hits {summary['cache_hits']}), "

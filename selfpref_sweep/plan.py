@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .articles import usable_articles
 from .config import enum_value
-from .data import load_dataset
+from .data import load_dataset, selection_warnings
 from .judging import Pair, assign_labels, flatten, request_plan
 from .models import load_model
 from .models.cached import CachedModel
@@ -66,7 +66,8 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     from .finetune import eval_dataset_cfg, finetune_plan, format_plan, planned_evaluator_cfg
 
     ft_plan = finetune_plan(cfg)  # None when finetune_task=none; never trains
-    dataset = load_dataset(eval_dataset_cfg(cfg))
+    dataset_cfg = eval_dataset_cfg(cfg)
+    dataset = load_dataset(dataset_cfg)
     articles, _, _ = usable_articles(cfg, dataset.articles)
     evaluator = load_model(cfg.evaluator, store, cfg.paths.model_cache, False)  # identity only; nothing loads
     ledgers = {"evaluator": _Ledger(evaluator, cfg.evaluator)}
@@ -120,6 +121,7 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
         "cell": cell,
         "n_articles": len(dataset.articles),
         "n_empty_articles": len(dataset.articles) - len(articles),
+        "warnings": selection_warnings(dataset_cfg, dataset),
         "uncached_calls": sum(lg.calls for lg in ledgers.values()),
         "prompt_tokens_est": sum(lg.prompt_tokens for lg in ledgers.values()),
         "completion_tokens_est": sum(lg.completion_tokens for lg in ledgers.values()),
@@ -133,6 +135,8 @@ def plan_cell(cfg: DictConfig, run_dir: Path) -> Dict[str, Any]:
     (run_dir / PLAN_FILE).write_text(json.dumps(plan, indent=2) + "\n")
     store.close()
     print(format_plan_line(plan))
+    for w in plan["warnings"]:
+        print(f"        warning: {w}")
     if ft_plan is not None:
         print(f"        {format_plan(ft_plan)}")
     return plan
