@@ -83,9 +83,13 @@ def _texts_by_id(raw, path: Path, what: str) -> Dict[str, Optional[str]]:
                         f"{_json_type(raw)}: {path}")
     for key, value in raw.items():
         if value is not None and not isinstance(value, str):
-            raise DataError(f"{what} has a {_json_type(value)} for id {key!r} where the text should be: {path}. "
+            raise DataError(f"{what} has {_a(_json_type(value))} for id {key!r} where the text should be: {path}. "
                             f"Each value must be a string (or null when missing).")
     return raw
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def _json_type(value) -> str:
@@ -173,7 +177,7 @@ def load_hf(cfg: DictConfig) -> Dataset:
         text, reference = r[cfg.text_field], r[cfg.summary_field]
         for field_name, value in ((cfg.text_field, text), (cfg.summary_field, reference)):
             if value is not None and not isinstance(value, str):
-                raise DataError(f"Dataset {cfg.hf_path!r} has a {_json_type(value)} in column {field_name!r} for "
+                raise DataError(f"Dataset {cfg.hf_path!r} has {_a(_json_type(value))} in column {field_name!r} for "
                                 f"id {aid!r}; it must be text.")
         articles.append(Article(aid, text or "", reference))  # a missing text: counted as empty_article
     return Dataset(cfg.name, cfg.task, _select(articles, cfg), n_available=n_available)

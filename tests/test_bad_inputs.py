@@ -226,11 +226,11 @@ def test_duplicate_ids_in_a_summary_file(tmp_path):
     assert_clear_error(proc, "'a2' twice", "xsum_train_gpt4_responses.json")
 
 
-@pytest.mark.parametrize("value,kind", [(42, "number"), (["text"], "list"), ({"text": "x"}, "object"),
-                                        (True, "boolean")])
+@pytest.mark.parametrize("value,kind", [(42, "a number"), (["text"], "a list"), ({"text": "x"}, "an object"),
+                                        (True, "a boolean")])
 def test_an_article_that_is_not_text_names_the_id(tmp_path, value, kind):
     proc, _ = run_cli(tmp_path, *paper_args(paper_root(tmp_path, articles={**ARTICLES, "a2": value})))
-    assert_clear_error(proc, f"a {kind} for id 'a2'", "xsum_train_articles.json")
+    assert_clear_error(proc, f"has {kind} for id 'a2'", "xsum_train_articles.json")
 
 
 def test_a_summary_that_is_not_text_names_the_file_and_id(tmp_path):
