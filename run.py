@@ -29,12 +29,14 @@ def main(cfg: DictConfig) -> None:
     from selfpref_sweep.plan import plan_cell
     from selfpref_sweep.record import ERROR_FILE, wandb_group_name
     from selfpref_sweep.spec import resolve_cell
+    from selfpref_sweep.validation import validate_config
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
     sweeping = hc.mode == RunMode.MULTIRUN
     group = wandb_group_name(hc.sweep.dir) if sweeping else None
     try:
+        validate_config(cfg)  # ranges and unknown keys, before anything is loaded or spent
         spec = resolve_cell(cfg)  # the config, resolved once into typed facts
         if spec.plan:
             plan_cell(spec, run_dir)

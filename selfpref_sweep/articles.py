@@ -1,7 +1,7 @@
 """Stage 1, articles: which articles a cell can judge.
 
-Empty articles are excluded, and ones longer than the models' context are cut to fit or refused
-(`articles.too_long`). The fine-tuning examples go through the same stage, so their prompts are the
+Empty articles are excluded, and ones longer than the models' context, or than `articles.max_tokens`
+(so a huge article costs bounded time), are cut to fit or refused (`articles.too_long`). The fine-tuning examples go through the same stage, so their prompts are the
 ones the evaluation builds.
 """
 
@@ -29,21 +29,24 @@ class ArticleSelection:
     excluded: Dict[str, str] = field(default_factory=dict)  # article id -> reason
 
 
-def article_budget(models: Sequence[Optional[ModelConfig]], max_new_tokens: int, chars_per_token: float
+def article_budget(models: Sequence[Optional[ModelConfig]], max_new_tokens: int, rule: ArticlesConfig
                    ) -> Optional[int]:
-    """Most characters of article text that fit every model's context with room for the prompt,
-    two summaries and the summary being generated; None when no model states its context."""
-    contexts = [m.context_tokens for m in models if m is not None and m.context_tokens]
-    if not contexts:
+    """Most characters of article text a prompt carries: what fits every model's context with room for the
+    prompt, two summaries and the summary being generated, and at most `rule.max_tokens`; None when
+    neither limits it."""
+    limits = [m.context_tokens - PROMPT_OVERHEAD_TOKENS - 3 * int(max_new_tokens)
+              for m in models if m is not None and m.context_tokens]
+    if rule.max_tokens is not None:
+        limits.append(int(rule.max_tokens))
+    if not limits:
         return None
-    tokens = min(contexts) - PROMPT_OVERHEAD_TOKENS - 3 * int(max_new_tokens)
-    return max(0, int(tokens * float(chars_per_token)))
+    return max(0, int(min(limits) * float(rule.chars_per_token)))
 
 
 def select_articles(articles: Sequence[Article], models: Sequence[Optional[ModelConfig]], max_new_tokens: int,
                     rule: ArticlesConfig) -> ArticleSelection:
     """The stage: exclude empty articles, fit the others to every model's context."""
-    budget = article_budget(models, max_new_tokens, rule.chars_per_token)
+    budget = article_budget(models, max_new_tokens, rule)
     selection = ArticleSelection(all=list(articles), usable=[])
     for a in articles:
         if not a.text.strip():

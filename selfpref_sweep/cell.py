@@ -11,11 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .articles import select_articles
 from .config import ModelConfig
-from .data import Dataset, load_dataset
+from .data import Dataset, load_dataset, selection_warnings
 from .errors import ConfigError, DataError
 from .files import atomic_write_json, atomic_write_jsonl
 from .finetune import drop_training_articles, prepare_finetuned_evaluator
@@ -40,7 +40,7 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     if spec.skip_reason:
         return _skipped(spec, run_dir)
     with CellModels(spec) as models:
-        dataset = _load_articles(spec)
+        dataset, warnings = _load_articles(spec)
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
         finetune = prepare_finetuned_evaluator(spec, evaluator)  # None when finetune_task=none
         judge = models.load(finetune.model) if finetune else evaluator
@@ -60,7 +60,7 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
                                      spec.seed)
         items = item_records(spec, selection, own, other, pairs, judge_pairs(spec, judge, pairs))
-        summary = cell_summary(spec, items, selection)
+        summary = cell_summary(spec, items, selection, warnings)
         if finetune is not None:
             summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_dropped}
             if spec.finetune.settings.inverse_check:
@@ -120,12 +120,16 @@ class CellModels:
         self.store.close()
 
 
-def _load_articles(spec: CellSpec) -> Dataset:
+def _load_articles(spec: CellSpec) -> Tuple[Dataset, List[str]]:
+    """The evaluation dataset, and warnings about its size (fewer articles than asked: said, never silent)."""
     dataset = load_dataset(spec.dataset)
     if not dataset.articles:
         raise DataError(f"Dataset {dataset.name!r} selected no articles (n_articles={spec.dataset.n_articles}, "
                         f"offset={spec.dataset.offset}).")
-    return dataset
+    warnings = selection_warnings(spec.dataset, dataset)
+    for w in warnings:
+        log.warning(w)
+    return dataset, warnings
 
 
 def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,

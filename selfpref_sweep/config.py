@@ -101,6 +101,9 @@ class ModelConfig:
     top_logprobs: int = 20  # the largest the API allows
     timeout_s: float = 60.0
     max_retries: int = 6
+    # First wait before a retry, in seconds; it doubles each retry (with jitter), up to 30 s. A Retry-After
+    # from the server takes precedence.
+    retry_backoff_s: float = 0.5
     sample_fallback_k: int = 0  # >0: estimate answer probabilities from k samples when no logprobs
     price_per_mtok_prompt: Optional[float] = None  # USD per million tokens, for the cost estimate
     price_per_mtok_completion: Optional[float] = None
@@ -242,6 +245,10 @@ class ArticlesConfig:
     too_long: TooLong = TooLong.truncate
     # Conservative characters per token for the fit check (English runs ~4): no tokenizer needed.
     chars_per_token: float = 3.0
+    # Most tokens of article text a prompt carries, whatever the models' context: a huge article costs
+    # bounded time. 6000 (18,000 characters at 3 per token) keeps every article of the paper's data whole.
+    # null: the models' context alone decides.
+    max_tokens: Optional[int] = 6000
 
 
 @dataclass

@@ -37,21 +37,77 @@ class Dataset:
     articles: List[Article]
     # Summaries that come with the dataset, by source key (e.g. the paper's "gpt4"): id -> summary.
     imported: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    n_available: Optional[int] = None  # articles in the dataset before offset and n_articles selected some
 
     def summary(self, key: str, article_id: str) -> Optional[str]:
         return self.imported.get(key, {}).get(article_id)
 
 
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _refuse_duplicates(pairs):
+    """json object_pairs_hook: json.load keeps the last of two equal keys; a dataset must not."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _read_json(path: Path, what: str):
     if not path.exists():
         raise DataError(f"{what} not found: {path}")
+    if not path.is_file():
+        raise DataError(f"{what} is not a file: {path}")
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=_refuse_duplicates)
     except UnicodeDecodeError as exc:
         raise DataError(f"{what} is not UTF-8 text: {path} ({exc})") from exc
     except json.JSONDecodeError as exc:
         raise DataError(f"{what} is not valid JSON: {path} (line {exc.lineno}: {exc.msg})") from exc
+    except _DuplicateKey as exc:
+        raise DataError(f"{what} has the id {exc.key!r} twice: {path}. Ids must be unique (JSON would silently "
+                        f"keep the last one).") from None
+
+
+def _texts_by_id(raw, path: Path, what: str) -> Dict[str, Optional[str]]:
+    """A source file's content as id -> text. It must be a JSON object of id -> string; a null or empty
+    text is kept (the cell counts it as an exclusion), any other value is an error naming the id."""
+    if not isinstance(raw, dict):
+        raise DataError(f"{what} must be a JSON object mapping each id to its text, not a JSON "
+                        f"{_json_type(raw)}: {path}")
+    for key, value in raw.items():
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"{what} has {_a(_json_type(value))} for id {key!r} where the text should be: {path}. "
+                            f"Each value must be a string (or null when missing).")
+    return raw
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
+def _json_type(value) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def selection_warnings(cfg: DictConfig, dataset: Dataset) -> List[str]:
+    """What a user should hear about the selection's size: fewer articles than dataset.n_articles asked for
+    (a small dataset, or an offset that leaves fewer). Empty when the selection is what was asked."""
+    n = getattr(cfg, "n_articles", None)
+    available = dataset.n_available
+    if n is None or available is None or len(dataset.articles) >= int(n):
+        return []
+    offset = int(getattr(cfg, "offset", None) or 0)  # the effective one: an in-domain fine-tune's articles come first
+    after = f" ({max(0, available - offset)} after skipping the first {offset})" if offset else ""
+    return [f"dataset.n_articles={int(n)} but dataset {dataset.name!r} has {available} articles{after}: "
+            f"judging {len(dataset.articles)}."]
 
 
 def _select(articles: List[Article], cfg: DictConfig) -> List[Article]:
@@ -70,7 +126,7 @@ def _select(articles: List[Article], cfg: DictConfig) -> List[Article]:
 def load_demo(cfg: DictConfig) -> Dataset:
     rows = json.loads(resources.files("selfpref_sweep").joinpath("data/demo_articles.json").read_text("utf-8"))
     articles = [Article(r["id"], r["article"], r["summary"]) for r in rows]
-    return Dataset(cfg.name, cfg.task, _select(articles, cfg))
+    return Dataset(cfg.name, cfg.task, _select(articles, cfg), n_available=len(articles))
 
 
 def load_paper(cfg: DictConfig) -> Dataset:
@@ -81,15 +137,20 @@ def load_paper(cfg: DictConfig) -> Dataset:
     if not root.is_dir():
         raise DataError(f"dataset.root={cfg.root!r} is not a folder (resolved to {root.resolve()}).")
     ds = cfg.paper_name
-    raw = _read_json(root / "articles" / f"{ds}_train_articles.json", f"The {ds} article file")
+    path = root / "articles" / f"{ds}_train_articles.json"
+    raw = _texts_by_id(_read_json(path, f"The {ds} article file"), path, f"The {ds} article file")
+    if not raw:
+        raise DataError(f"The {ds} article file holds no articles (an empty JSON object): {path}")
     imported = {}
     for key in PAPER_SOURCES:
         path = root / "summaries" / ds / f"{ds}_train_{key}_responses.json"
         if path.exists():
-            imported[key] = {str(k): v for k, v in _read_json(path, f"The {key} summaries").items()}
+            what = f"The {key} summaries file"
+            imported[key] = _texts_by_id(_read_json(path, what), path, what)
     human = imported.get("human", {})
-    articles = [Article(str(k), v, human.get(str(k))) for k, v in raw.items()]
-    return Dataset(cfg.name, cfg.task, _select(articles, cfg), imported)
+    # A null article is a missing text: kept as empty, so the cell counts it (empty_article).
+    articles = [Article(k, v or "", human.get(k)) for k, v in raw.items()]
+    return Dataset(cfg.name, cfg.task, _select(articles, cfg), imported, n_available=len(articles))
 
 
 def load_hf(cfg: DictConfig) -> Dataset:
@@ -106,11 +167,20 @@ def load_hf(cfg: DictConfig) -> Dataset:
     if missing:
         raise DataError(f"Dataset {cfg.hf_path!r} has no column(s) {missing}; columns: {rows.column_names}.")
     # Select before materializing: the full train splits hold 200k-300k articles.
+    n_available = len(rows)
     n = getattr(cfg, "n_articles", None)
     if getattr(cfg, "seed", None) is None and n is not None:
         rows = rows.select(range(min(len(rows), int(getattr(cfg, "offset", None) or 0) + int(n))))
-    articles = [Article(str(r[cfg.id_field]), r[cfg.text_field], r[cfg.summary_field]) for r in rows]
-    return Dataset(cfg.name, cfg.task, _select(articles, cfg))
+    articles = []
+    for r in rows:
+        aid = str(r[cfg.id_field])
+        text, reference = r[cfg.text_field], r[cfg.summary_field]
+        for field_name, value in ((cfg.text_field, text), (cfg.summary_field, reference)):
+            if value is not None and not isinstance(value, str):
+                raise DataError(f"Dataset {cfg.hf_path!r} has {_a(_json_type(value))} in column {field_name!r} for "
+                                f"id {aid!r}; it must be text.")
+        articles.append(Article(aid, text or "", reference))  # a missing text: counted as empty_article
+    return Dataset(cfg.name, cfg.task, _select(articles, cfg), n_available=n_available)
 
 
 LOADERS = {"demo": load_demo, "paper": load_paper, "hf": load_hf}

@@ -17,7 +17,7 @@ from hydra.experimental.callback import Callback
 
 from .articles import select_articles
 from .config import ModelConfig
-from .data import load_dataset
+from .data import load_dataset, selection_warnings
 from .files import atomic_write_json
 from .finetune import finetune_plan, format_plan, planned_judge
 from .judging import answer_distributions, judge_requests
@@ -128,6 +128,7 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "cell": spec.coordinates.to_json(),
         "n_articles": len(selection.all),
         "n_empty_articles": len(selection.excluded),
+        "warnings": selection_warnings(spec.dataset, dataset),
         "uncached_calls": sum(m.calls for m in models.values()),
         "prompt_tokens_est": sum(m.prompt_tokens for m in models.values()),
         "completion_tokens_est": sum(m.completion_tokens for m in models.values()),
@@ -138,6 +139,8 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / PLAN_FILE, plan)
     print(format_plan_line(plan))
+    for w in plan["warnings"]:
+        print(f"        warning: {w}")
     if ft_plan is not None:
         print(f"        {format_plan(ft_plan)}")
     return plan

@@ -38,7 +38,8 @@ def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) 
     return counts
 
 
-def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection) -> Dict[str, Any]:
+def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection,
+                 warnings: Sequence[str] = ()) -> Dict[str, Any]:
     """summary.json's statistics: per question the mean score with its article-level bootstrap CI."""
     boot = spec.bootstrap
     per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
@@ -55,6 +56,7 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in spec.questions},
         "min_answer_mass": float(spec.judge.min_answer_mass),
+        "warnings": list(warnings),
         "elapsed_s": None,
     }
 
@@ -97,6 +99,8 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
             lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
                          + ("" if pc is None else f"  position-consistent {pc:.0%}"))
     lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+    for w in summary.get("warnings") or []:
+        lines.append(f"  warning: {w}")
     if summary["n_excluded"]:
         lines.append(f"  excluded items: {summary['n_excluded']} of {summary['n_items']} {summary['exclusions']}")
     lines.append(f"  model calls: {summary['model_calls']} (cache hits {summary['cache_hits']}), "

@@ -382,7 +382,7 @@ def test_training_articles_follow_the_cells_length_rule(ft_cfg):
     store = Store(cfg.store.path)
     ex = build_examples(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
     spec = resolve_cell(cfg)
-    budget = cell.article_budget([spec.evaluator], spec.summaries.max_new_tokens, spec.articles.chars_per_token)
+    budget = cell.article_budget([spec.evaluator], spec.summaries.max_new_tokens, spec.articles)
     art = load_dataset(finetune_dataset_cfg(cfg)).articles[0]
     fitted = cell.fit_article(art, budget, TooLong.truncate)
     assert fitted is not art and ex.n_articles_truncated >= 1

@@ -14,6 +14,7 @@ wrong key really gets a 401.
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import time
@@ -313,15 +314,27 @@ def test_transient_faults_are_retried_and_lose_nothing(server, key_env, baseline
 
 
 @pytest.mark.real_model
-def test_stripped_logprobs_are_recorded_or_sampled(server, key_env, baseline):
+def test_stripped_logprobs_are_retried_or_recorded_or_sampled(server, key_env, baseline):
+    # A server that returns logprobs but sometimes drops them: every dropped one is asked again.
     with FaultProxy(server.root_url, faults=("strip_logprobs",), fault_rate=0.5, seed=3) as proxy:
-        model = OpenAIModel(model_cfg(proxy.base_url + "/v1", max_concurrency=1), model_cache="")
-        results = dict(model.answer_distributions(judge_requests(model.identity)))
-        stripped = [d for d in results.values() if d.missing_reason == "no_logprobs"]
-        assert len(stripped) == proxy.counts["strip_logprobs"] > 0
-        for d in stripped:
-            assert d.method == "unavailable" and d.probs == {"1": 0.0, "2": 0.0} and d.prompt_tokens > 0
-        assert_same_judgements({r: d for r, d in results.items() if d.missing_reason is None}, baseline)
+        model = OpenAIModel(model_cfg(proxy.base_url + "/v1", max_concurrency=1, retry_backoff_s=0.05),
+                            model_cache="")
+        reqs = judge_requests(model.identity)
+        results = dict(model.answer_distributions(reqs))
+        assert proxy.counts["strip_logprobs"] > 0
+        assert proxy.counts["forwarded"] == len(reqs)  # each request answered with logprobs exactly once
+        assert_same_judgements(results, baseline)
+        model.close()
+
+        # A server that never returns logprobs: recorded per item at once, without retries.
+        proxy.fault_rate = 1.0
+        proxy.counts.clear()
+        model = OpenAIModel(model_cfg(proxy.base_url + "/v1", max_concurrency=2), model_cache="")
+        results = dict(model.answer_distributions(reqs))
+        assert proxy.counts["strip_logprobs"] == len(reqs) and model.retries == 0
+        for d in results.values():
+            assert d.method == "unavailable" and d.missing_reason == "no_logprobs"
+            assert d.probs == {"1": 0.0, "2": 0.0} and d.prompt_tokens > 0
         model.close()
 
         # With a sampling fallback the same gap is filled by an estimate from k samples, marked as such.
@@ -404,3 +417,79 @@ def test_outage_raises_after_retries_and_a_rerun_resumes(server, key_env, tmp_pa
         assert_same_judgements(results, baseline)
         handle.close()
     store.close()
+
+
+# ------------------------------------------------------------------ transient faults never change a result
+FOUR_FAULTS = ("429", "500", "timeout", "strip_logprobs")
+
+
+@pytest.mark.real_model
+def test_all_four_faults_never_change_results(server, key_env, baseline, tmp_path):
+    """30% seeded faults of every transient kind: the results equal the fault-free ones, all cached. Seed 109
+    strips the very first response (before the server has shown logprobs) and then times out, 429s and 500s."""
+    store = Store(tmp_path / "calls.sqlite")
+    with FaultProxy(server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=109, delay_s=7.0) as proxy:
+        cfg = model_cfg(proxy.base_url + "/v1", max_concurrency=2, timeout_s=6.0, max_retries=8, retry_backoff_s=0.05)
+        model = CachedModel(OpenAIModel.identity_for(cfg), lambda: OpenAIModel(cfg, model_cache=""), store,
+                            show_progress=False)
+        reqs = judge_requests(model.identity)
+        results = model.answer_distributions(reqs)
+        assert all(proxy.counts[f] for f in FOUR_FAULTS), proxy.counts
+        assert_same_judgements(results, baseline)
+        assert len(store) == len(reqs)  # every result is genuine, so every one is cached
+        model.close()
+    store.close()
+
+
+def cell_overrides(base_url):
+    return ["evaluator=openai_compatible", "evaluator.name=smol_api", "evaluator.model=smollm135",
+            f"evaluator.base_url={base_url}", f"evaluator.api_key_env={KEY_ENV}", "evaluator.context_tokens=2048",
+            "evaluator.max_concurrency=2", "evaluator.timeout_s=6", "evaluator.max_retries=8",
+            "evaluator.retry_backoff_s=0.05", "dataset.n_articles=2", "summaries.max_new_tokens=30",
+            "judge.min_answer_mass=0"]
+
+
+def cell_items(run_dir):
+    return [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+
+
+def assert_same_items(items, reference, tol=2e-3):
+    assert [it["article_id"] for it in items] == [it["article_id"] for it in reference]
+    for it, ref in zip(items, reference):
+        assert (it["own_summary"], it["other_summary"]) == (ref["own_summary"], ref["other_summary"])
+        for q in ("recognition", "preference"):
+            assert it[q]["exclusion_reason"] == ref[q]["exclusion_reason"]
+            if ref[q]["score"] is None:
+                assert it[q]["score"] is None
+            else:
+                assert it[q]["score"] == pytest.approx(ref[q]["score"], abs=tol)
+
+
+@pytest.mark.real_model
+def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_failures(server, key_env,
+                                                                                       compose_cfg, tmp_path):
+    from selfpref_sweep.cell import run_cell
+    from selfpref_sweep.spec import resolve_cell
+
+    clean = run_cell(resolve_cell(compose_cfg(cell_overrides(server.base_url), store=tmp_path / "clean.sqlite")),
+                     tmp_path / "clean")
+    reference = cell_items(tmp_path / "clean")
+    assert clean["n_items"] == 2 and clean["exclusions"].get("no_logprobs") is None
+    with FaultProxy(server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=7.0) as proxy:
+        cfg = compose_cfg(cell_overrides(proxy.base_url + "/v1"), store=tmp_path / "faulty.sqlite")
+        run_cell(resolve_cell(cfg), tmp_path / "faulty")
+        assert all(proxy.counts[f] for f in FOUR_FAULTS), proxy.counts
+        assert_same_items(cell_items(tmp_path / "faulty"), reference)
+
+        # Every logprob dropped (a server or proxy that strips them): the judgements are recorded as counted
+        # no_logprobs exclusions, and not cached...
+        proxy.faults, proxy.fault_rate = ("strip_logprobs",), 1.0
+        cfg = compose_cfg(cell_overrides(proxy.base_url + "/v1"), store=tmp_path / "repair.sqlite")
+        broken = run_cell(resolve_cell(cfg), tmp_path / "broken")
+        assert broken["exclusions"] == {"no_logprobs": 2} and broken["recognition"]["n"] == 0
+        # ...so once the faults stop, the same command makes only the judge calls again and gets the fault-free
+        # results (the summaries, genuine, come from the cache).
+        proxy.fault_rate = 0.0
+        repaired = run_cell(resolve_cell(cfg), tmp_path / "repaired")
+        assert repaired["model_calls"] == 2 * 2 * 2 and repaired["cache_hits"] == 2
+        assert_same_items(cell_items(tmp_path / "repaired"), reference)

@@ -1,5 +1,9 @@
 """A model behind the call store: hits are served from the cache, misses go to the backend in one
-batch and are written back one by one as they arrive."""
+batch and are written back one by one as they arrive.
+
+Failure outcomes (a response without logprobs, an error) are returned to the cell, which records and
+counts them, but never stored: they say nothing about the model, and a re-run must ask again. A stored
+one (written before this rule) counts as a miss."""
 
 from __future__ import annotations
 
@@ -11,6 +15,16 @@ from tqdm.auto import tqdm
 from ..store import Store
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, JudgeDecoding, ModelAPI,
                    ModelIdentity, unique)
+
+# missing_reason values of an AnswerDistribution that describe the call, not the model's answer.
+FAILURE_REASONS = frozenset({"no_logprobs", "error"})
+
+
+def is_failure(result: object) -> bool:
+    """A transient failure outcome, not a genuine answer (an answer with no probability on the answer
+    tokens, e.g. answers_not_in_top_logprobs, is genuine and stays cached)."""
+    return isinstance(result, AnswerDistribution) and (
+        result.method == "unavailable" or result.missing_reason in FAILURE_REASONS)
 
 
 class CachedModel:
@@ -46,10 +60,11 @@ class CachedModel:
         misses = []
         for req in requests:
             cached = self.store.get(req.cache_key())
-            if cached is None:
+            hit = None if cached is None else decode(cached)
+            if hit is None or is_failure(hit):
                 misses.append(req)
             else:
-                results[req] = decode(cached)
+                results[req] = hit
                 self.cache_hits += 1
         if misses:
             bar = tqdm(total=len(misses), desc=f"{desc} [{self.identity.label}]", disable=not self.show_progress,
@@ -58,8 +73,9 @@ class CachedModel:
                 self.calls += 1
                 self.prompt_tokens += out.prompt_tokens
                 self.completion_tokens += getattr(out, "completion_tokens", 0)
-                self.store.put(req.cache_key(), kind=kind, model=self.identity.label, request=asdict(req),
-                               value=out.to_json())
+                if not is_failure(out):
+                    self.store.put(req.cache_key(), kind=kind, model=self.identity.label, request=asdict(req),
+                                   value=out.to_json())
                 results[req] = out
                 bar.update(1)
             bar.close()
@@ -70,7 +86,8 @@ class CachedModel:
         value = self.store.get(request.cache_key())
         if value is None:
             return None
-        return (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
+        result = (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
+        return None if is_failure(result) else result
 
     def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> Dict[GenerateRequest, Generation]:
         return self._run(requests, "generate", Generation.from_json, lambda r: self.backend.generate(r), desc)

@@ -6,6 +6,9 @@ the local backend does over its whole vocabulary. What the API does not give is 
 dropped: a response without logprobs has `missing_reason="no_logprobs"` (or, with
 `sample_fallback_k > 0`, probabilities estimated from k samples, method "sampled"), and answers
 absent from the top list get probability 0 with `missing_reason="answers_not_in_top_logprobs"`.
+A response without logprobs from a server that has returned them before is a transient fault (a proxy or
+a server under load dropping them): it is retried like a 5xx before it is recorded, and a response
+without logprobs that came before the server had shown any is asked again once the batch shows it can.
 
 Requests run `max_concurrency` at a time and are yielded as each completes, so the caller caches
 every finished call at once. Transient failures (429, 5xx, timeouts, dropped connections) are
@@ -105,6 +108,14 @@ class _Cancelled(Exception):
     """Another request failed for good; this one stops instead of retrying."""
 
 
+class _NoLogprobs(Exception):
+    """A response without the logprobs that were asked for, from a server that has returned them: retried."""
+
+    def __init__(self, completion):
+        super().__init__("a response without logprobs, from a server that has returned them")
+        self.completion = completion
+
+
 def _status(exc: BaseException) -> Optional[int]:
     return getattr(exc, "status_code", None)
 
@@ -179,6 +190,8 @@ class OpenAIModel(ModelAPI):
         self.max_concurrency = max(1, int(_cfg_value(cfg, "max_concurrency", 8)))
         self.timeout_s = float(_cfg_value(cfg, "timeout_s", 60.0))
         self.max_retries = max(0, int(_cfg_value(cfg, "max_retries", 6)))
+        self.retry_backoff_s = max(0.0, float(_cfg_value(cfg, "retry_backoff_s", 0.5)))
+        self._logprobs_seen = False  # whether this server has returned logprobs (then a response without is a fault)
         self._n_supported: Optional[bool] = None  # whether the server honours n > 1
         key = self._api_key(cfg)
         self._secrets = tuple(s for s in (key,) if s and s != NO_KEY)
@@ -223,11 +236,14 @@ class OpenAIModel(ModelAPI):
         return text
 
     # ------------------------------------------------------------------------------- one call
-    def _with_retry(self, fn: Callable[[], T], stop: threading.Event, what: str) -> T:
-        """fn() under the retry policy; transient errors are retried, others raise at once."""
+    def _with_retry(self, fn: Callable[[], T], stop: threading.Event, what: str,
+                    check: Optional[Callable[[T], None]] = None) -> T:
+        """fn() under the retry policy; transient errors are retried, others raise at once. `check(result)`
+        may raise _NoLogprobs, retried the same way; once the retries are spent, that last result is returned
+        (the caller records it)."""
         from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-        backoff = wait_exponential_jitter(initial=0.5, max=30.0, jitter=0.5)
+        backoff = wait_exponential_jitter(initial=self.retry_backoff_s, max=30.0, jitter=self.retry_backoff_s)
 
         def wait_for(state: RetryCallState) -> float:
             after = retry_after_s(state.outcome.exception())
@@ -247,10 +263,13 @@ class OpenAIModel(ModelAPI):
                 raise _Cancelled()
             with self._lock:
                 self.calls_made += 1
-            return fn()
+            result = fn()
+            if check is not None:
+                check(result)
+            return result
 
         retrying = Retrying(
-            retry=retry_if_exception(is_transient),
+            retry=retry_if_exception(lambda exc: isinstance(exc, _NoLogprobs) or is_transient(exc)),
             stop=stop_after_attempt(self.max_retries + 1),
             wait=wait_for,
             sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
@@ -262,6 +281,8 @@ class OpenAIModel(ModelAPI):
             return retrying(attempt)
         except _Cancelled:
             raise
+        except _NoLogprobs as exc:
+            return exc.completion  # still none after the retries: recorded as such, and never cached
         except Exception as exc:  # noqa: BLE001 - translated below, outside the except block
             import openai
 
@@ -293,9 +314,9 @@ class OpenAIModel(ModelAPI):
         }.get(status or 0, "the request failed")
         return f"{where}: {hint}. {_describe(exc)} (while {what})"
 
-    def _chat(self, stop: threading.Event, what: str, **kwargs):
+    def _chat(self, stop: threading.Event, what: str, check: Optional[Callable] = None, **kwargs):
         return self._with_retry(
-            lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what)
+            lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what, check)
 
     # ------------------------------------------------------------------------------- fan-out
     def _fan_out(self, requests: Sequence[R], work: Callable[[R, threading.Event], T]) -> Iterator[Tuple[R, T]]:
@@ -372,25 +393,59 @@ class OpenAIModel(ModelAPI):
     # --------------------------------------------------------------------------------- judging
     def answer_distributions(self, requests: Sequence[AnswerRequest]
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
-        return self._fan_out(requests, self._judge_one)
+        # A response still without logprobs waits for the rest of the batch (it may have come before the server
+        # had shown any): if the server returns logprobs, the request is asked again, with retries; if it never
+        # does, it does not give them, and the response is recorded as it is.
+        without: Dict[AnswerRequest, Tuple[int, int]] = {}  # request -> its usage
+        for req, result in self._fan_out(requests, self._judge_one):
+            if isinstance(result, AnswerDistribution):
+                yield req, result
+            else:
+                without[req] = result
+        if without:
+            yield from self._fan_out(list(without), lambda req, stop: self._judge_again(req, stop, *without[req]))
 
-    def _judge_one(self, req: AnswerRequest, stop: threading.Event) -> AnswerDistribution:
+    def _judge_kwargs(self, req: AnswerRequest) -> dict:
         top_logprobs = req.decoding.top_logprobs
         if top_logprobs is None:  # a request built without this model's settings: the API's most
             top_logprobs = MAX_TOP_LOGPROBS
         kwargs = dict(messages=_messages(req), temperature=0, max_tokens=1, logprobs=True)
         if top_logprobs > 0:
             kwargs["top_logprobs"] = min(int(top_logprobs), MAX_TOP_LOGPROBS)
-        resp = self._chat(stop, "judging", **kwargs)
+        return kwargs
+
+    def _require_logprobs(self, resp) -> None:
+        if self._logprobs_seen and _first_token_top_logprobs(resp) is None:
+            raise _NoLogprobs(resp)
+
+    def _judge_one(self, req: AnswerRequest, stop: threading.Event):
+        """The answer distribution, or the usage (prompt_tokens, completion_tokens) of a response that still
+        had no logprobs (answer_distributions decides what to do with it)."""
+        resp = self._chat(stop, "judging", check=self._require_logprobs, **self._judge_kwargs(req))
         prompt_tokens, completion_tokens = _usage(resp)
         top = _first_token_top_logprobs(resp)
         if top is None:
-            if req.decoding.sample_fallback_k > 0:
-                return self._sampled(req, stop, prompt_tokens, completion_tokens)
-            return AnswerDistribution(probs={a: 0.0 for a in req.answers}, method="unavailable",
-                                      prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                      missing_reason="no_logprobs")
+            return prompt_tokens, completion_tokens
+        self._logprobs_seen = True
         return distribution_from_top_logprobs(top, req.answers, prompt_tokens, completion_tokens)
+
+    def _judge_again(self, req: AnswerRequest, stop: threading.Event, prompt_tokens: int,
+                     completion_tokens: int) -> AnswerDistribution:
+        if not self._logprobs_seen:  # the server gives none: no use asking again
+            return self._without_logprobs(req, stop, prompt_tokens, completion_tokens)
+        result = self._judge_one(req, stop)
+        if isinstance(result, AnswerDistribution):
+            return result
+        return self._without_logprobs(req, stop, *result)
+
+    def _without_logprobs(self, req: AnswerRequest, stop: threading.Event, prompt_tokens: int,
+                          completion_tokens: int) -> AnswerDistribution:
+        """No logprobs to read: an estimate from samples (sample_fallback_k > 0), or the gap recorded."""
+        if req.decoding.sample_fallback_k > 0:
+            return self._sampled(req, stop, prompt_tokens, completion_tokens)
+        return AnswerDistribution(probs={a: 0.0 for a in req.answers}, method="unavailable",
+                                  prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                  missing_reason="no_logprobs")
 
     def _sampled(self, req: AnswerRequest, stop: threading.Event, prompt_tokens: int,
                  completion_tokens: int) -> AnswerDistribution:
