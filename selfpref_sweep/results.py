@@ -24,6 +24,7 @@ def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, o
     for a in selection.all:
         item_verdicts = judged.get(a.id) or {q: unjudged(pairs.excluded[a.id]) for q in spec.questions}
         items.append({"article_id": a.id, "evaluator": c.evaluator, "source": c.source, "dataset": c.dataset,
+                      "article": a.text,
                       "article_truncated": a.id in selection.truncated, "own_summary": own.texts.get(a.id),
                       "other_summary": other.texts.get(a.id), **item_verdicts})
     return items

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 from .config import SettingName
 from .judging import BACKWARD, FORWARD, OTHER, OWN, ItemRequests
@@ -85,13 +86,15 @@ def bootstrap_mean(values: Sequence[float], groups: Sequence[str], n_resamples: 
     labels, index = np.unique(np.asarray(groups), return_inverse=True)
     if len(labels) < 2:  # one article: no spread to resample
         return {"mean": mean, "ci_low": None, "ci_high": None}
+    # scipy.stats.bootstrap fits the clustered design: resample whole articles, each carrying its (sum,
+    # count) pair (paired=True), and the statistic is the item mean of the drawn articles (a ratio of sums).
     sums = np.bincount(index, weights=vals)
     counts = np.bincount(index).astype(float)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(labels), size=(n_resamples, len(labels)))
-    boot = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(boot, [alpha, 1 - alpha])
+    result = scipy_stats.bootstrap(
+        (sums, counts), lambda s, c, axis=-1: s.sum(axis=axis) / c.sum(axis=axis), paired=True, vectorized=True,
+        n_resamples=n_resamples, confidence_level=confidence, method="percentile",
+        random_state=np.random.default_rng(seed))
+    low, high = result.confidence_interval
     return {"mean": mean, "ci_low": float(low), "ci_high": float(high)}
 
 

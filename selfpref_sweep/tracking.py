@@ -1,8 +1,10 @@
-"""Weights & Biases logging for a cell: offline unless the user configures online, config logged
-with anything secret-looking redacted, metrics and the per-item table."""
+"""Weights & Biases logging for a cell: offline unless the user configures online, the config logged
+with its secrets redacted, metrics (each declared with define_metric, so panels compare cells), the
+per-item table, and the cell's files as an artifact."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -14,18 +16,53 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|token|password|authorization|credential)", re.IGNORECASE)
 REDACTED = "<redacted>"
+# Key words that name a secret. A key is split into words at "_", "-", "." and camelCase, so
+# "max_new_tokens" (word "tokens"), "context_tokens" and "prompt_tokens" are counts, not secrets.
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "authorization", "credential",
+                           "credentials", "apikey", "bearer", "cookie"})
+# A key whose last word is one of these holds the *name* or location of a secret, not the secret itself
+# (api_key_env: "OPENAI_API_KEY").
+_REFERENCE_WORDS = frozenset({"env", "var", "variable", "name", "file", "path"})
+# Values that are keys whatever their key is called (OpenAI and Hugging Face key formats). Not bare hex:
+# CNN article ids and commit hashes look like W&B keys.
+_SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,})$")
+
+
+def _words(key: str) -> List[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
+    return [w for w in re.split(r"[_\-.\s]+", spaced.lower()) if w]
+
+
+def is_secret_key(key: Any) -> bool:
+    """True when a config key holds a secret value (api_key, wandb.token, OPENAI_API_KEY, ...)."""
+    words = _words(str(key))
+    if not words or words[-1] in _REFERENCE_WORDS:
+        return False
+    pairs = {f"{a}_{b}" for a, b in zip(words, words[1:])}
+    return bool(_SECRET_WORDS.intersection(words) or {"api_key", "private_key", "access_key"} & pairs)
+
+
+def _is_secret_value(value: Any) -> bool:
+    return isinstance(value, str) and bool(_SECRET_VALUE.match(value.strip()))
 
 
 def redact(obj: Any) -> Any:
-    """A copy of a config with the values of secret-looking keys replaced."""
+    """A copy of a config with secret values replaced: string values under keys that hold secrets, and
+    strings shaped like API keys anywhere. Counts (max_new_tokens) and variable names (api_key_env) stay."""
     if isinstance(obj, dict):
-        return {k: (REDACTED if _SECRET_KEY.search(str(k)) and v not in (None, "") else redact(v))
-                for k, v in obj.items()}
+        out = {}
+        for k, v in obj.items():
+            if isinstance(v, (dict, list)):
+                out[k] = redact(v)
+            elif (is_secret_key(k) and isinstance(v, (str, bytes)) and v not in ("", b"")) or _is_secret_value(v):
+                out[k] = REDACTED
+            else:
+                out[k] = v
+        return out
     if isinstance(obj, list):
         return [redact(v) for v in obj]
-    return obj
+    return REDACTED if _is_secret_value(obj) else obj
 
 
 def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
@@ -37,11 +74,23 @@ def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+def summary_metrics(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """The numbers of a cell's summary.json as W&B metric names ("recognition/mean", "tokens/prompt", ...)."""
+    return _flatten("", {k: v for k, v in summary.items() if k not in ("cell", "config")}, {})
+
+
+def artifact_name(text: str) -> str:
+    """A W&B artifact name (letters, digits, '-', '_', '.') from free text."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", text).strip("-.")[:120] or "artifact"
+
+
 class CellTracker:
     """A cell's W&B run. The config it logs is redacted here, once."""
 
     def __init__(self, wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any]):
         self.run = None
+        self.run_dir = Path(run_dir)
+        self.name = name
         if wandb_cfg.mode == "disabled":
             return
         os.environ.setdefault("WANDB_SILENT", "true")
@@ -57,13 +106,32 @@ class CellTracker:
     def log_cell(self, summary: Dict[str, Any], rows: List[Dict[str, Any]]) -> Optional[str]:
         if self.run is None:
             return None
-        metrics = _flatten("", {k: v for k, v in summary.items() if k not in ("cell", "config")}, {})
+        # The grid coordinates as flat config keys (cell.evaluator, cell.transfer, ...): what the comparison
+        # panels group, colour and filter by.
+        self.run.config.update({"cell": dict(summary.get("cell") or {})}, allow_val_change=True)
+        metrics = summary_metrics(summary)
+        for key in metrics:
+            # One value per cell run: its summary is that value, so scatter and bar panels compare cells.
+            self.run.define_metric(key, summary="last")
         self.run.summary.update(metrics)
         self.run.log(metrics)
         if rows:
             columns = list(rows[0])
             self.run.log({"items": self.wandb.Table(columns=columns, data=[[r.get(c) for c in columns] for r in rows])})
+        self.log_files({**summary, "wandb_dir": self.run.dir})
         return self.run.dir
+
+    def log_files(self, summary: Dict[str, Any]) -> None:
+        """results.jsonl and summary.json (as it will be written) as one artifact of this run; offline runs
+        keep it in their files and upload it at `wandb sync`."""
+        artifact = self.wandb.Artifact(artifact_name(f"cell-{self.name}-{self.run.id}"), type="cell-results",
+                                       metadata={"cell": summary.get("cell"), "status": summary.get("status")})
+        results = self.run_dir / "results.jsonl"
+        if results.is_file():
+            artifact.add_file(str(results), name="results.jsonl")
+        with artifact.new_file("summary.json", mode="w", encoding="utf-8") as fh:
+            fh.write(json.dumps(summary, indent=2) + "\n")
+        self.run.log_artifact(artifact)
 
     def finish(self) -> None:
         if self.run is not None:

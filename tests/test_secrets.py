@@ -41,3 +41,25 @@ def test_a_sweep_with_a_key_in_the_environment_writes_it_nowhere(tmp_path):
     assert list((tmp_path / "sweep").rglob("*.wandb")), "expected W&B offline files to search"
     assert grep_tree(tmp_path, SECRET) == []
     assert SECRET not in proc.stdout + proc.stderr
+
+
+def test_redact_hides_secrets_only():
+    cfg = {"evaluator": {"api_key_env": "OPENAI_API_KEY", "max_new_tokens": 100, "context_tokens": 32768,
+                         "max_concurrency": 8, "apiKey": SECRET},
+           "summaries": {"max_new_tokens": 100}, "tokens": {"prompt": 12, "completion": 3},
+           "source": {"key": "gpt4", "name": "paper_gpt4"}, "OPENAI_API_KEY": SECRET, "hf_token": "hf_x",
+           "wandb": {"token_count": 5, "access_token": "t0k"}, "note": SECRET, "ids": ["42c027e4ff9730fbb3de84c1af0d2c506e67c57f"]}
+    out = redact(cfg)
+    # Token counts, a variable's *name*, a source key and a hex article id are not secrets.
+    assert out["evaluator"]["api_key_env"] == "OPENAI_API_KEY"
+    assert out["evaluator"]["max_new_tokens"] == 100 and out["evaluator"]["context_tokens"] == 32768
+    assert out["summaries"] == {"max_new_tokens": 100} and out["tokens"] == {"prompt": 12, "completion": 3}
+    assert out["source"] == {"key": "gpt4", "name": "paper_gpt4"} and out["wandb"]["token_count"] == 5
+    assert out["ids"] == cfg["ids"]
+    # Values under keys that hold secrets, and key-shaped values anywhere, are.
+    for path in (("evaluator", "apiKey"), ("OPENAI_API_KEY",), ("hf_token",), ("wandb", "access_token"), ("note",)):
+        node = out
+        for k in path:
+            node = node[k]
+        assert node == REDACTED, path
+    assert SECRET not in repr(out)

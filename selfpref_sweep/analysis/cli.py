@@ -19,7 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Regress self-preference on self-recognition over the cells of one or more Hydra sweep "
             "directories and write report.html, report.md and PNG plots (in analysis/). Failed or "
-            "incomplete cells are listed in the report."
+            "incomplete cells are listed in the report. "
+            "`publish-wandb SWEEP_DIR` instead saves the W&B workspace and report of an offline sweep "
+            "(see publish-wandb --help)."
         ),
     )
     parser.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR", type=Path,
@@ -67,6 +69,11 @@ def sweep_wandb_cfg(sweep_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["publish-wandb"]:  # the one sub-command: save an offline sweep's W&B panels
+        from .wandb_panels import publish_main
+
+        return publish_main(argv[1:])
     args = build_parser().parse_args(argv)
     # Heavy imports after argument parsing, so --help is instant.
     from .fit import RECOGNITION_TASKS

@@ -100,15 +100,19 @@ class InteractionResult:
         return asdict(self)
 
 
-def _fisher_ci(r: float, n: int) -> tuple[float, float]:
-    # Fisher z interval; needs n > 3, and |r| = 1 maps to an interval of width 0.
-    if n <= 3 or math.isnan(r):
+def _fisher_ci(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The Fisher z interval of Pearson's r (scipy's default method); needs n > 3, and |r| = 1 maps to an
+    interval of width 0."""
+    if len(x) <= 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # |r| = 1: scipy warns about the infinite z
+        result = stats.pearsonr(x, y)
+    r = float(result.statistic)
     if abs(r) >= 1.0:
         return r, r
-    z = math.atanh(r)
-    half = stats.norm.ppf(1 - ALPHA / 2) / math.sqrt(n - 3)
-    return math.tanh(z - half), math.tanh(z + half)
+    ci = result.confidence_interval(confidence_level=1 - ALPHA)
+    return float(ci.low), float(ci.high)
 
 
 def _too_few(kind: str, n: int, extra: str = "") -> str:
@@ -173,7 +177,7 @@ def fit_ols(
     if float(res.ssr) <= 1e-12 * max(float(np.sum((ya - ya.mean()) ** 2)), 1e-300):
         notes.append("perfect fit: zero residuals, so the intervals have zero width")
     if clusters is None:
-        r_lo, r_hi = _fisher_ci(r, n)
+        r_lo, r_hi = _fisher_ci(xa, ya)
     else:
         # Items within an article are not independent, so a Fisher interval on n items would be
         # too narrow; the clustered slope CI is the robustness check.

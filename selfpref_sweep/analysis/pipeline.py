@@ -25,7 +25,9 @@ from .fit import (
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
 from .plots import PlotFile, make_plots
 from .report import Section, write_report
-from .wandb_log import log_to_wandb
+from .items_view import ITEMS_HTML, write_items_html
+from .wandb_log import log_to_wandb, resolve_wandb_cfg
+from .wandb_panels import SPEC_FILE, spec_for_sweep, write_spec
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +278,22 @@ def run_analysis(
         "Cells: " + _count_line(data, counts),
         _fit_sentence(result.pooled_fit()),
     ]
+    # The item viewer and the W&B panel specification (published later when offline).
+    items_html = write_items_html(dirs, out)
+    meta.append(f"Items behind every number: {ITEMS_HTML}")
+    panels_spec, panels_file = None, out / SPEC_FILE
+    try:
+        panels_spec = spec_for_sweep(
+            resolve_wandb_cfg(wandb_cfg, Path(dirs[0])), cell_paths=list(data.cells["path"]) if not data.cells.empty else [],
+            regression_markdown={s.title: T.to_markdown(s.table) for s in _sections(result)[1:4]},
+            analysis_tables=["tables/regression_cells", "tables/interaction", "tables/regression_items"],
+            plots=[f"plots/{p.path.stem}" for p in plots])
+        write_spec(out, panels_spec)
+        meta.append(f"W&B comparison panels (publish with `publish-wandb`): {SPEC_FILE}")
+    except Exception as exc:  # noqa: BLE001 - a bad W&B setting must not lose the report; logged below too
+        log.error("W&B panel specification not written: %s", exc)
     write_report(out, TITLE, meta, _sections(result))
-    result.files += [result.report_md, result.report_html] + [p.path for p in plots]
+    result.files += [result.report_md, result.report_html, items_html] + [p.path for p in plots]
 
     wandb_error = analysis_dir / WANDB_ERROR_FILE
     try:
@@ -289,6 +305,8 @@ def run_analysis(
             summary=_wandb_summary(result),
             config={"sweep_dirs": [str(d) for d in dirs], "out_dir": str(out),
                     "recognition_tasks": list(recognition_tasks)},
+            report_files=[panels_file, *result.files],
+            panels_spec=panels_spec,
         )
         wandb_error.unlink(missing_ok=True)
     except Exception as exc:  # noqa: BLE001 - W&B trouble must not lose the report

@@ -20,6 +20,20 @@ from .tables import DASH, to_markdown
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+# Files the analysis writes beside the report; their names in the meta lines become relative links.
+LINKED_FILES = ("items.html", "wandb_panels.json")
+
+
+def _link_html(escaped: str) -> str:
+    for name in LINKED_FILES:
+        escaped = escaped.replace(name, f'<a href="{name}">{name}</a>')
+    return escaped
+
+
+def _link_md(text: str) -> str:
+    for name in LINKED_FILES:
+        text = text.replace(name, f"[{name}]({name})")
+    return text
 
 
 @dataclass
@@ -37,7 +51,7 @@ def _paragraphs(text: str) -> list[str]:
 
 def render_markdown(title: str, meta: Sequence[str], sections: Sequence[Section], out_dir: Path) -> str:
     lines = [f"# {title}", ""]
-    lines += [f"- {m}" for m in meta] + [""]
+    lines += [f"- {_link_md(m)}" for m in meta] + [""]
     for s in sections:
         lines += [f"{'#' * s.level} {s.title}", ""]
         for p in _paragraphs(s.text):
@@ -76,7 +90,7 @@ def render_html(title: str, meta: Sequence[str], sections: Sequence[Section]) ->
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        '<ul class="meta">' + "".join(f"<li>{html.escape(m)}</li>" for m in meta) + "</ul>",
+        '<ul class="meta">' + "".join(f"<li>{_link_html(html.escape(m))}</li>" for m in meta) + "</ul>",
     ]
     for s in sections:
         h = min(max(s.level, 2), 6)

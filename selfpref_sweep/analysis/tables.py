@@ -248,15 +248,17 @@ def _md_cell(value: Any) -> str:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    """A GitHub-flavoured Markdown table (no tabulate dependency)."""
+    """A GitHub-flavoured Markdown table: pandas' to_markdown (tabulate), cells escaped for Markdown first.
+
+    Cells are display strings already, so no number parsing or alignment (which would also pad them).
+    """
     if df.columns.empty:
         return "_(empty)_"
-    header = "| " + " | ".join(_md_cell(c) for c in df.columns) + " |"
-    sep = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in df.itertuples(index=False, name=None)]
-    if not body:
-        body = ["| " + " | ".join(["_(none)_"] + [""] * (len(df.columns) - 1)) + " |"]
-    return "\n".join([header, sep, *body])
+    if df.empty:
+        df = pd.DataFrame([["_(none)_"] + [""] * (len(df.columns) - 1)], columns=df.columns)
+    escaped = df.astype(object).map(_md_cell)
+    escaped.columns = [_md_cell(c) for c in df.columns]
+    return escaped.to_markdown(index=False, tablefmt="github", stralign=None, numalign=None, disable_numparse=True)
 
 
 def to_text(df: pd.DataFrame, columns: Optional[Iterable[str]] = None) -> str:

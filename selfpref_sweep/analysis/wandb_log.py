@@ -83,6 +83,8 @@ def log_to_wandb(
     plots: Sequence["PlotFile"],
     summary: Mapping[str, Any],
     config: Mapping[str, Any],
+    report_files: Sequence[Path] = (),
+    panels_spec: Optional[Mapping[str, Any]] = None,
 ) -> str:
     """Log one analysis run; returns a one-line status for the report / stdout.
 
@@ -110,11 +112,42 @@ def log_to_wandb(
         for plot in plots:
             payload[f"plots/{plot.path.stem}"] = wandb.Image(str(plot.path), caption=plot.title)
         run.log(payload)
-        run.summary.update({k: v for k, v in summary.items() if v is not None})
+        metrics = {k: v for k, v in summary.items() if v is not None}
+        for key in metrics:
+            run.define_metric(key, summary="last")
+        run.summary.update(metrics)
+        log_report_artifact(run, cfg["group"], report_files)
         where = getattr(run, "dir", None) or run_dir or sweep_dir
         url = getattr(run, "url", None)
     finally:
         run.finish()
-    if cfg["mode"] == "online" and url:
-        return f"W&B: logged run 'analysis' in group {cfg['group']!r}: {url}"
+    if cfg["mode"] == "online":
+        status = f"W&B: logged run 'analysis' in group {cfg['group']!r}: {url}"
+        if panels_spec is not None:
+            from .wandb_panels import save_online
+
+            try:
+                workspace_url, report_url = save_online(panels_spec, cfg["entity"])
+                status += f"\nW&B workspace: {workspace_url}\nW&B report:    {report_url}"
+            except Exception as exc:  # noqa: BLE001 - the run is logged; the panels can be published later
+                status += (f"\nW&B panels not saved ({type(exc).__name__}: {exc}); publish them later with: "
+                           f"python -m selfpref_sweep.analysis publish-wandb {run_dir or sweep_dir}")
+        return status
     return f"W&B ({cfg['mode']}): logged run 'analysis' in group {cfg['group']!r} under {where}"
+
+
+def log_report_artifact(run: Any, group: str, files: Sequence[Path]) -> None:
+    """The report, the item viewer, the panel specification and the data files as one artifact of the
+    analysis run (kept in the offline run's files until `wandb sync`)."""
+    import wandb
+
+    from ..tracking import artifact_name
+
+    artifact = wandb.Artifact(artifact_name(f"report-{group}"), type="sweep-report")
+    seen = set()
+    for path in files:
+        path = Path(path)
+        if path.is_file() and path.name not in seen:
+            seen.add(path.name)
+            artifact.add_file(str(path), name=path.name)
+    run.log_artifact(artifact)

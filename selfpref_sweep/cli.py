@@ -1,0 +1,100 @@
+"""The sweep's command line, shared by ``python run.py`` and the ``selfpref-sweep`` console script.
+
+    selfpref-sweep                                   # one cell: qwen05 vs human summaries on the demo data
+    selfpref-sweep -m experiment=smoke               # a preset grid (conf/experiment/)
+    selfpref-sweep -m source=human,smollm135 dataset=paper_xsum dataset.root=../shared/paper-data
+
+The configuration is the repository's conf/ in a source checkout or an editable install, and the copy
+shipped in the package (selfpref_sweep/_conf) in a wheel; $SELFPREF_CONF points at another one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from .config import register_configs
+from .errors import SelfprefError
+
+log = logging.getLogger("selfpref_sweep")
+PACKAGED_CONF = "pkg://selfpref_sweep._conf"
+
+
+def threads_per_job(n_jobs: object) -> str:
+    """OMP_NUM_THREADS for one of n_jobs parallel cells: this machine's cores shared out, at least 1."""
+    return str(max(1, (os.cpu_count() or 1) // max(1, int(n_jobs))))
+
+
+# Used by conf/hydra/launcher/parallel.yaml (hydra.job.env_set); registered at import, because Hydra
+# resolves env_set inside each job process.
+OmegaConf.register_new_resolver("threads_per_job", threads_per_job, replace=True)
+
+
+def config_path() -> str:
+    """Where conf/ is: $SELFPREF_CONF, else the checkout's conf/ beside the package, else the packaged copy."""
+    if os.environ.get("SELFPREF_CONF"):
+        return str(Path(os.environ["SELFPREF_CONF"]).resolve())
+    checkout = Path(__file__).resolve().parents[1] / "conf"
+    if (checkout / "config.yaml").is_file():
+        return str(checkout)
+    return PACKAGED_CONF
+
+
+def run_job(cfg: DictConfig) -> None:
+    """One Hydra job: a cell, or its plan with plan=true. Errors are recorded in the cell directory."""
+    from .cell import run_cell  # after Hydra has parsed the command line: keeps --help fast
+    from .plan import plan_cell
+    from .record import ERROR_FILE, wandb_group_name
+    from .spec import resolve_cell
+    from .validation import validate_config
+
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    sweeping = hc.mode == RunMode.MULTIRUN
+    group = wandb_group_name(hc.sweep.dir) if sweeping else None
+    try:
+        validate_config(cfg)  # ranges and unknown keys, before anything is loaded or spent
+        spec = resolve_cell(cfg)  # the config, resolved once into typed facts
+        if spec.plan:
+            plan_cell(spec, run_dir)
+        else:
+            run_cell(spec, run_dir, wandb_group=spec.wandb.group or group)
+    except Exception as exc:  # noqa: BLE001 - recorded for the analysis job, then reported
+        clear = isinstance(exc, SelfprefError)
+        detail = f"{type(exc).__name__}: {exc}\n" + ("" if clear else "\n" + traceback.format_exc())
+        (run_dir / ERROR_FILE).write_text(detail)
+        log.error("cell failed: %s", detail)
+        if sweeping:
+            # One bad cell must not stop a long sweep; the analysis job lists it as failed.
+            print(f"\nerror in cell {run_dir}: {exc}\n", file=sys.stderr)
+            return
+        if clear:
+            print(f"\nerror: {exc}\n", file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
+def main() -> None:
+    register_configs()
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per API request is noise
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    hydra.main(version_base="1.3", config_path=config_path(), config_name="config")(run_job)()
+
+
+def analysis_main() -> None:
+    """The ``selfpref-analysis`` console script: ``python -m selfpref_sweep.analysis``."""
+    from .analysis.cli import main as analysis
+
+    sys.exit(analysis())
+
+
+if __name__ == "__main__":
+    main()
