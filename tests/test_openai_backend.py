@@ -166,7 +166,7 @@ SHOTS = (Message("user", "Which number is larger, 1 or 2? Answer with only \"1\"
          Message("assistant", "1"))
 
 
-def judge_requests(identity):
+def judge_requests(identity, sample_fallback_k=0):
     reqs = []
     for article, good, bad in ARTICLES:
         for s1, s2 in ((good, bad), (bad, good)):
@@ -174,7 +174,8 @@ def judge_requests(identity):
                 user = (f"Article:\n{article}\n\nSummary1:\n{s1}\n\nSummary2:\n{s2}\n\n{question} "
                         f"Answer with only \"1\" or \"2\".")
                 reqs.append(AnswerRequest(identity, (Message("system", SYSTEM), *SHOTS, Message("user", user)),
-                                          JudgeDecoding(("1", "2"), top_logprobs=20)))
+                                          JudgeDecoding(("1", "2"), top_logprobs=20,
+                                                        sample_fallback_k=sample_fallback_k)))
     return reqs  # 8
 
 
@@ -341,7 +342,7 @@ def test_stripped_logprobs_are_retried_or_recorded_or_sampled(server, key_env, b
         proxy.faults, proxy.fault_rate = ("strip_logprobs",), 1.0
         model = OpenAIModel(model_cfg(proxy.base_url + "/v1", max_concurrency=2, sample_fallback_k=4),
                             model_cache="")
-        reqs = judge_requests(model.identity)[:1]
+        reqs = judge_requests(model.identity, sample_fallback_k=4)[:1]  # the fallback is a decoding setting
         for req, d in model.answer_distributions(reqs):
             assert d.method == "sampled"
             assert all(p * 4 == int(p * 4) for p in d.probs.values()) and d.mass <= 1
