@@ -9,7 +9,7 @@ dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 from .config import ModelConfig, SourceConfig, SourceKind
 from .data import Article, Dataset

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
 from filelock import FileLock
 
 from ..articles import article_budget
-from ..files import atomic_write_json, atomic_write_text  # noqa: F401 - re-exported for the trainers
 from ..models.base import ModelIdentity
 from ..spec import dataset_identity
 

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar
 from ..config import AdapterConfig, ModelConfig
 from ..errors import ConfigError, ModelUnavailableError, SelfprefError
 from ..spec import FinetuneSpec
-from .adapters import atomic_write_json, atomic_write_text
+from ..files import atomic_write_json, atomic_write_text
 from .examples import ExampleSet
 from .trainer import Trainer
 

@@ -20,7 +20,8 @@ from ..config import ModelConfig
 from ..errors import ConfigError
 from ..registry import resolve
 from ..spec import FinetuneSpec
-from .adapters import EXAMPLES, RECORD, SPEC, CacheEntry, atomic_write_json, atomic_write_text
+from ..files import atomic_write_json, atomic_write_text
+from .adapters import EXAMPLES, RECORD, SPEC, CacheEntry
 from .examples import ExampleSet
 
 log = logging.getLogger(__name__)
