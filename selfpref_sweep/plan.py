@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 
@@ -22,7 +22,8 @@ from .files import atomic_write_json
 from .finetune import finetune_plan, format_plan, planned_judge
 from .judging import answer_distributions, judge_requests
 from .models import backend_class
-from .models.base import AnswerDistribution, Generation, JudgeDecoding, unique
+from .models.base import AnswerDistribution, Generation, unique
+from .models.cached import CachedModel, stored_result
 from .pairs import assign_labels, make_pairs
 from .record import PLAN_FILE, STATUS_PLAN
 from .spec import CellSpec
@@ -57,15 +58,14 @@ class PlanningModel:
         self.store = store
         self.calls = self.prompt_tokens = self.completion_tokens = 0
 
-    def judge_decoding(self, answers: Sequence[str]) -> JudgeDecoding:
-        return JudgeDecoding(tuple(answers), **self.judge_settings)
+    judge_decoding = CachedModel.judge_decoding  # the same decoding settings as the run's requests
 
-    def _serve(self, requests, decode, placeholder, completion_tokens: int) -> Dict:
+    def _serve(self, requests, placeholder, completion_tokens: int) -> Dict:
         out = {}
         for req in unique(requests):
-            hit = self.store.get(req.cache_key())
+            hit = stored_result(self.store, req)  # what the run would serve from the cache
             if hit is not None:
-                out[req] = decode(hit)
+                out[req] = hit
                 continue
             self.calls += 1
             self.prompt_tokens += request_tokens(req)
@@ -74,12 +74,12 @@ class PlanningModel:
         return out
 
     def generate(self, requests, desc: str = "") -> Dict:
-        return self._serve(requests, Generation.from_json, lambda r: Generation(text=PLACEHOLDER_SUMMARY),
+        return self._serve(requests, lambda r: Generation(text=PLACEHOLDER_SUMMARY),
                            SUMMARY_TOKENS_GUESS)
 
     def answer_distributions(self, requests, desc: str = "") -> Dict:
-        return self._serve(requests, AnswerDistribution.from_json,
-                           lambda r: AnswerDistribution({a: 1.0 / len(r.answers) for a in r.answers}, "planned"), 1)
+        return self._serve(requests, lambda r: AnswerDistribution({a: 1.0 / len(r.answers) for a in r.answers},
+                                                                  "planned"), 1)
 
     def close(self) -> None:
         pass

@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from .record import RESULTS_FILE, SUMMARY_FILE
+
 if TYPE_CHECKING:
     from .config import WandbConfig
 
@@ -126,10 +128,10 @@ class CellTracker:
         keep it in their files and upload it at `wandb sync`."""
         artifact = self.wandb.Artifact(artifact_name(f"cell-{self.name}-{self.run.id}"), type="cell-results",
                                        metadata={"cell": summary.get("cell"), "status": summary.get("status")})
-        results = self.run_dir / "results.jsonl"
+        results = self.run_dir / RESULTS_FILE
         if results.is_file():
-            artifact.add_file(str(results), name="results.jsonl")
-        with artifact.new_file("summary.json", mode="w", encoding="utf-8") as fh:
+            artifact.add_file(str(results), name=RESULTS_FILE)
+        with artifact.new_file(SUMMARY_FILE, mode="w", encoding="utf-8") as fh:
             fh.write(json.dumps(summary, indent=2) + "\n")
         self.run.log_artifact(artifact)
 

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..record import RESULTS_FILE, SUMMARY_FILE
+from ..record import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
 from .discover import find_cell_dirs
 
 ITEMS_HTML = "items.html"
@@ -83,7 +83,7 @@ def collect_items(sweep_dirs: Iterable[Path]) -> dict[str, Any]:
                 summary = json.loads(summary_path.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError):
                 summary = {}
-            status = summary.get("status") or ("failed" if (cell_dir / "cell.error.txt").exists() else "incomplete")
+            status = summary.get("status") or ("failed" if (cell_dir / ERROR_FILE).exists() else "incomplete")
             cell = summary.get("cell") or {}
             entry = {"id": len(cells), "dir": rel, "label": _cell_label(cell) if cell else rel, "status": status,
                      "n_items": 0, "n_unreadable_lines": 0}

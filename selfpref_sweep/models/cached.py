@@ -27,6 +27,15 @@ def is_failure(result: object) -> bool:
         result.method == "unavailable" or result.missing_reason in FAILURE_REASONS)
 
 
+def stored_result(store: Store, request) -> Optional[object]:
+    """The stored genuine result of a request; None when there is none (or only a failure outcome)."""
+    value = store.get(request.cache_key())
+    if value is None:
+        return None
+    result = (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
+    return None if is_failure(result) else result
+
+
 class CachedModel:
     """Wraps a backend factory; the backend (and its weights) is only built on the first miss,
     so a fully cached re-run never loads a model."""
@@ -54,14 +63,13 @@ class CachedModel:
             self._backend = self._factory()
         return self._backend
 
-    def _run(self, requests, kind: str, decode, call, desc: str) -> Dict:
+    def _run(self, requests, kind: str, call, desc: str) -> Dict:
         requests = unique(requests)
         results: Dict = {}
         misses = []
         for req in requests:
-            cached = self.store.get(req.cache_key())
-            hit = None if cached is None else decode(cached)
-            if hit is None or is_failure(hit):
+            hit = stored_result(self.store, req)
+            if hit is None:
                 misses.append(req)
             else:
                 results[req] = hit
@@ -83,19 +91,14 @@ class CachedModel:
 
     def cached(self, request) -> Optional[object]:
         """The stored result of a request, without calling the model (plan mode)."""
-        value = self.store.get(request.cache_key())
-        if value is None:
-            return None
-        result = (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
-        return None if is_failure(result) else result
+        return stored_result(self.store, request)
 
     def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> Dict[GenerateRequest, Generation]:
-        return self._run(requests, "generate", Generation.from_json, lambda r: self.backend.generate(r), desc)
+        return self._run(requests, "generate", lambda r: self.backend.generate(r), desc)
 
     def answer_distributions(self, requests: Sequence[AnswerRequest], desc: str = "judge"
                              ) -> Dict[AnswerRequest, AnswerDistribution]:
-        return self._run(requests, "answer_distribution", AnswerDistribution.from_json,
-                         lambda r: self.backend.answer_distributions(r), desc)
+        return self._run(requests, "answer_distribution", lambda r: self.backend.answer_distributions(r), desc)
 
     def close(self) -> None:
         if self._backend is not None:
