@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -60,6 +61,8 @@ def run_job(cfg: DictConfig) -> None:
     run_dir = Path(hc.runtime.output_dir)
     sweeping = hc.mode == RunMode.MULTIRUN
     group = wandb_group_name(hc.sweep.dir) if sweeping else None
+    (run_dir / ERROR_FILE).unlink(missing_ok=True)  # a failure of an earlier run in this directory
+    spec = None
     try:
         validate_config(cfg)  # ranges and unknown keys, before anything is loaded or spent
         spec = resolve_cell(cfg)  # the config, resolved once into typed facts
@@ -70,10 +73,13 @@ def run_job(cfg: DictConfig) -> None:
     except Exception as exc:  # noqa: BLE001 - recorded for the analysis job, then reported
         clear = isinstance(exc, SelfprefError)
         detail = f"{type(exc).__name__}: {exc}\n" + ("" if clear else "\n" + traceback.format_exc())
+        run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ERROR_FILE).write_text(detail)
         log.error("cell failed: %s", detail)
+        if not cfg.get("plan"):
+            _track_failure(cfg, spec, run_dir, group, detail)
         if sweeping:
-            # One bad cell must not stop a long sweep; the analysis job lists it as failed.
+            # One bad cell must not stop a long sweep; the sweep's end lists it and exits non-zero.
             print(f"\nerror in cell {run_dir}: {exc}\n", file=sys.stderr)
             return
         if clear:
@@ -82,11 +88,32 @@ def run_job(cfg: DictConfig) -> None:
         raise
 
 
+def _track_failure(cfg: DictConfig, spec, run_dir: Path, group: Optional[str], detail: str) -> None:
+    """The failed cell's W&B run, marked failed; from the resolved spec when the failure came after it."""
+    from .tracking import track_failed_cell
+
+    if spec is not None:
+        track_failed_cell(spec.wandb, run_dir, spec.coordinates.run_name, spec.wandb.group or group or run_dir.name,
+                          dict(spec.config), detail)
+        return
+    try:  # the config itself may be what failed to resolve
+        config = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001
+        config = OmegaConf.to_container(cfg, resolve=False)
+    wandb_cfg = cfg.get("wandb") or OmegaConf.create({"mode": "disabled"})
+    track_failed_cell(wandb_cfg, run_dir, run_dir.name, (wandb_cfg.get("group") or group or run_dir.name),
+                      config, detail)
+
+
 def main() -> None:
+    from . import sweep_outcome
+
     register_configs()
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per API request is noise
     logging.getLogger("httpx").setLevel(logging.WARNING)
     hydra.main(version_base="1.3", config_path=config_path(), config_name="config")(run_job)()
+    if sweep_outcome.failed_cells():
+        sys.exit(1)  # the sweep's summary paragraph has said which cells failed and why
 
 
 def analysis_main() -> None:

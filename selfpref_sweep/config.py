@@ -107,6 +107,7 @@ class ModelConfig:
     sample_fallback_k: int = 0  # >0: estimate answer probabilities from k samples when no logprobs
     price_per_mtok_prompt: Optional[float] = None  # USD per million tokens, for the cost estimate
     price_per_mtok_completion: Optional[float] = None
+    price_per_mtok_training: Optional[float] = None  # OpenAI fine-tuning, per trained token (x epochs)
     # The fine-tune this model carries (part of its identity, so of every cache key); None for a base model.
     adapter: Optional[AdapterConfig] = None
 

@@ -20,11 +20,12 @@ from .config import ModelConfig
 from .data import load_dataset, selection_warnings
 from .files import atomic_write_json
 from .finetune import finetune_plan, format_plan, planned_judge
-from .judging import answer_distributions, judge_requests
+from .judging import answer_distributions, flatten, judge_requests
 from .models import backend_class
 from .models.base import AnswerDistribution, Generation, unique
 from .models.cached import CachedModel, stored_result
 from .pairs import assign_labels, make_pairs
+from .preflight import cell_preflight, finetune_cost, grid_preflight
 from .record import PLAN_FILE, STATUS_PLAN
 from .spec import CellSpec
 from .store import Store
@@ -118,10 +119,16 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
                                  spec.summaries.max_new_tokens, spec.summaries.standardize)
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
         labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name, spec.seed)
-        answer_distributions(judge, judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs,
-                                                   labels))
+        requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, labels)
+        answer_distributions(judge, requests)
     finally:
         store.close()
+    judge_prompts = flatten(requests)
+    preflight = cell_preflight(
+        [spec.evaluator, spec.source_model], spec.model_cache, ft_plan, spec.evaluator,
+        spec.finetune.settings.openai.n_epochs if spec.finetune else None,
+        # a training example is a judge prompt of the same shape, plus its one answer token
+        sum(map(request_tokens, judge_prompts)) / len(judge_prompts) + 1 if judge_prompts else None)
     costs = [m.cost() for m in models.values()]
     plan = {
         "status": STATUS_PLAN,
@@ -134,6 +141,7 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "completion_tokens_est": sum(m.completion_tokens for m in models.values()),
         "cost_usd_est": None if any(c is None for c in costs) else round(sum(costs), 4),
         "finetune": ft_plan,
+        "preflight": [w.to_json() for w in preflight],
         "by_model": {role: m.summary() for role, m in models.items()},
     }
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -141,6 +149,8 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     print(format_plan_line(plan))
     for w in plan["warnings"]:
         print(f"        warning: {w}")
+    for w in plan["preflight"]:
+        print(f"        pre-flight ({w['kind']}): {w['message']}")
     if ft_plan is not None:
         print(f"        {format_plan(ft_plan)}")
     return plan
@@ -171,10 +181,22 @@ def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
         print(f"  {i:>3}. {format_plan_line(p)[7:]}")
         if p.get("finetune"):
             print(f"       {format_plan(p['finetune'])}")
+        for w in p.get("preflight") or []:
+            print(f"       pre-flight ({w['kind']}): {w['message']}")
     print(f"  total: {sum(p['uncached_calls'] for p in plans):,} calls not cached, "
           f"~{sum(p['prompt_tokens_est'] for p in plans):,} prompt + "
           f"~{sum(p['completion_tokens_est'] for p in plans):,} completion tokens, "
-          f"{_money(None if any(c is None for c in total_cost) else sum(total_cost))}. Nothing was spent.")
+          f"{_money(None if any(c is None for c in total_cost) else sum(total_cost))} for judging and summaries. "
+          f"Nothing was spent.")
+    if any(p.get("finetune") for p in plans):
+        judging = None if any(c is None for c in total_cost) else sum(total_cost)
+        tuning = finetune_cost(plans)
+        print(f"  with OpenAI fine-tuning: {_money(None if judging is None or tuning is None else judging + tuning)}")
+    checks = grid_preflight(plans)
+    if checks:
+        print("  pre-flight:")
+        for line in checks:
+            print(f"    {line}")
     return plans
 
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .record import RESULTS_FILE, SUMMARY_FILE
+from .record import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
     from .config import WandbConfig
@@ -91,6 +91,7 @@ class CellTracker:
 
     def __init__(self, wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any]):
         self.run = None
+        self.failed = False
         self.run_dir = Path(run_dir)
         self.name = name
         if wandb_cfg.mode == "disabled":
@@ -135,10 +136,42 @@ class CellTracker:
             fh.write(json.dumps(summary, indent=2) + "\n")
         self.run.log_artifact(artifact)
 
+    def log_failure(self, error_text: str) -> None:
+        """A failed cell: its error in the summary and as an artifact; finish() then marks the run failed."""
+        if self.run is None:
+            return
+        first_line = error_text.strip().splitlines()[0] if error_text.strip() else "unknown error"
+        self.run.summary.update({"status": "failed", "error": first_line[:500]})
+        artifact = self.wandb.Artifact(artifact_name(f"cell-{self.name}-{self.run.id}"), type="cell-error",
+                                       metadata={"status": "failed"})
+        with artifact.new_file(ERROR_FILE, mode="w", encoding="utf-8") as fh:
+            fh.write(error_text)
+        self.run.log_artifact(artifact)
+        self.failed = True
+
     def finish(self) -> None:
         if self.run is not None:
-            self.run.finish()
+            # exit_code 1 is how W&B marks a run "failed" (online and, after `wandb sync`, offline runs).
+            self.run.finish(exit_code=1 if self.failed else 0)
             self.run = None
+
+
+def track_failed_cell(wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any],
+                      error_text: str) -> None:
+    """A W&B run for a cell that failed, marked failed, so the sweep's group shows every cell. Never raises:
+    the cell's own error is what matters."""
+    tracker = None
+    try:
+        tracker = CellTracker(wandb_cfg, run_dir, name=name, group=group, config=config)
+        tracker.log_failure(error_text)
+    except Exception as exc:  # noqa: BLE001 - logging the failure must not hide it
+        log.warning("could not log the failed cell to W&B: %s", exc)
+    finally:
+        if tracker is not None:
+            try:
+                tracker.finish()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not finish the failed cell's W&B run: %s", exc)
 
 
 def log_finetune(run, block: Optional[Dict[str, Any]]) -> None:

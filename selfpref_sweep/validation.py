@@ -86,6 +86,7 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ModelConfig, "sample_fallback_k"): NON_NEGATIVE_INT,
     (ModelConfig, "price_per_mtok_prompt"): NON_NEGATIVE,
     (ModelConfig, "price_per_mtok_completion"): NON_NEGATIVE,
+    (ModelConfig, "price_per_mtok_training"): NON_NEGATIVE,
     (DatasetConfig, "n_articles"): COUNT,
     (DatasetConfig, "offset"): NON_NEGATIVE_INT,
     (LoraHyperparameters, "r"): COUNT,

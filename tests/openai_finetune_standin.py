@@ -15,7 +15,8 @@ and parses them:
 
 Every request is recorded in `server.requests`; the uploaded JSONL rows are validated (chat format,
 assistant answer "1"/"2") and kept. `hold = True` keeps jobs running (to test a restart), `fail_next`
-makes the next job fail.
+makes the next job fail, and `rate_limit_next = k` answers the next k requests (to paths starting
+with `rate_limit_path`) 429 with `Retry-After: <retry_after>`.
 
     with StandIn() as api:
         api.base_url   # http://127.0.0.1:<port>/v1
@@ -41,6 +42,9 @@ class StandIn:
         self.run_polls = run_polls
         self.hold = False
         self.fail_next = False
+        self.rate_limit_next = 0
+        self.retry_after = "0"
+        self.rate_limit_path = "/v1/"
         self.requests: List[Dict[str, Any]] = []
         self.files: Dict[str, Dict[str, Any]] = {}
         self.file_rows: Dict[str, List[dict]] = {}
@@ -117,6 +121,26 @@ class StandIn:
                 self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": None,
                                             "param": None}})
 
+            def _rate_limited(self) -> bool:
+                """Answer 429 (and drain the request body) while `rate_limit_next` lasts."""
+                with standin._lock:
+                    if standin.rate_limit_next <= 0 or not urlparse(self.path).path.startswith(
+                            standin.rate_limit_path):
+                        return False
+                    standin.rate_limit_next -= 1
+                    standin.requests.append({"method": self.command, "path": urlparse(self.path).path,
+                                             "rate_limited": True})
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.dumps({"error": {"message": "Rate limit reached (stand-in)", "type": "requests",
+                                             "code": "rate_limit_exceeded", "param": None}}).encode()
+                self.send_response(429)
+                self.send_header("Retry-After", standin.retry_after)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return True
+
             def _record(self, body: Any) -> Dict[str, Any]:
                 url = urlparse(self.path)
                 rec = {"method": self.command, "path": url.path, "query": dict(parse_qsl(url.query)), "body": body,
@@ -127,6 +151,8 @@ class StandIn:
                 return rec
 
             def do_GET(self):  # noqa: N802
+                if self._rate_limited():
+                    return
                 rec = self._record(None)
                 parts = rec["path"].strip("/").split("/")
                 with standin._lock:
@@ -151,6 +177,8 @@ class StandIn:
                 self._error(404, f"stand-in has no GET {rec['path']}")
 
             def do_POST(self):  # noqa: N802
+                if self._rate_limited():
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length)
                 ctype = self.headers.get("Content-Type", "")

@@ -161,9 +161,12 @@ def test_a_sweep_records_a_bad_cell_and_goes_on(tmp_path):
     sweep = tmp_path / "sweep"
     proc, _ = run_cli(tmp_path, "dataset.n_articles=-2,2", f"hydra.sweep.dir={sweep}",
                       "hydra.callbacks.analysis.enabled=false", multirun=True)
-    assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    # The good cell ran; the sweep still ends with exit status 1 and one paragraph naming the failure.
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     assert "dataset.n_articles=-2" in (sweep / "0" / "cell.error.txt").read_text()
     assert json.loads((sweep / "1" / "summary.json").read_text())["n_items"] == 2
+    assert "SWEEP FAILED: 1 of 2 cells failed (1 x ConfigError)" in proc.stderr, proc.stderr[-2000:]
+    assert "0/cell.error.txt" in proc.stderr
 
 
 # ----------------------------------------------------------------------------- counts: warnings

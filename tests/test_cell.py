@@ -125,7 +125,8 @@ def test_sweep_runs_every_cell_and_the_analysis(tmp_path):
     cmd2 = [c if c != "source=human,fake_other" else "source=paper_gpt4,human" for c in cmd2]
     cmd2 = [c if c != "evaluator=fake,fake2" else "evaluator=fake" for c in cmd2]
     proc = subprocess.run(cmd2, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]  # a sweep with a failed cell says so in its exit status
+    assert "1 of 2 cells failed" in proc.stderr
     failed, done = sweep2 / "0", sweep2 / "1"
     assert "paper_xsum" in (failed / "cell.error.txt").read_text()
     assert not (failed / "summary.json").exists()

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from selfpref_sweep.errors import ModelUnavailableError
 from selfpref_sweep.finetune import finetune_plan, format_plan, prepare_finetuned_evaluator
 from selfpref_sweep.finetune.openai_trainer import STATE, FinetuneFailed, FinetunePending
 from selfpref_sweep.models import load_model
@@ -149,3 +150,28 @@ def test_no_key_is_needed_on_loopback_but_is_off_loopback(gpt_cfg, compose_cfg, 
     with pytest.raises(ModelUnavailableError, match="OPENAI_API_KEY"):
         spec = resolve_cell(cfg)
         OpenAITrainer(spec.evaluator, spec.finetune, spec.model_cache).client
+
+
+def test_rate_limits_are_retried_after_the_servers_retry_after(gpt_cfg, api, monkeypatch):
+    # The trainer shares the backend's retry policy (models/retry.py): a 429 is retried after the wait
+    # the server names, and the job is created once.
+    import time
+
+    waits = []
+    monkeypatch.setattr(time, "sleep", waits.append)  # the trainer's default sleep; the polls use it too
+    api.rate_limit_next, api.retry_after, api.rate_limit_path = 2, "7", "/v1/files"
+    result, _ = _prepare(gpt_cfg("evaluator.max_retries=2"))
+    assert result.trained
+    limited = [r for r in api.requests if r.get("rate_limited")]
+    assert len(limited) == 2
+    assert sum(1 for w in waits if 7.0 <= w <= 7.1) == 2, waits  # Retry-After, plus at most 0.1 s jitter
+    assert api.count("POST", "/v1/fine_tuning/jobs") == 1
+
+
+def test_a_rate_limit_that_outlasts_the_retries_is_a_clear_error(gpt_cfg, api, monkeypatch):
+    import time
+
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    api.rate_limit_next, api.rate_limit_path = 10, "/v1/files"
+    with pytest.raises(ModelUnavailableError, match="RateLimitError"):
+        _prepare(gpt_cfg("evaluator.max_retries=1"))

@@ -27,8 +27,9 @@ from selfpref_sweep.errors import ConfigError, ModelUnavailableError
 from selfpref_sweep.models.base import (AnswerRequest, GenerateRequest, GenerationDecoding, JudgeDecoding, Message,
                                         ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
+from selfpref_sweep.models.retry import retry_after_s
 from selfpref_sweep.models.openai_api import (NO_KEY, OpenAIModel, answer_matches, distribution_from_top_logprobs,
-                                              is_loopback, retry_after_s)
+                                              is_loopback)
 from selfpref_sweep.store import Store
 
 from tests.fault_proxy import FaultProxy

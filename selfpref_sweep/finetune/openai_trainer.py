@@ -138,20 +138,25 @@ class OpenAITrainer(Trainer):
 
     # ------------------------------------------------------------------ calls
     def _call(self, fn: Callable[[], T], what: str) -> T:
-        from ..models.openai_api import is_transient, retry_after_s
+        """fn() under the backend's retry policy (models/retry.py): transient errors are retried,
+        honouring Retry-After; others, and a fault that outlasts the retries, raise at once."""
+        from ..models.retry import is_transient, retrying
 
-        attempts = max(1, int(self.base.max_retries or 6) + 1)
-        for attempt in range(attempts):
+        def attempt() -> T:
             self.api_calls += 1
-            try:
-                return fn()
-            except Exception as exc:  # noqa: BLE001 - classified below
-                if attempt + 1 >= attempts or not is_transient(exc):
-                    raise ModelUnavailableError(f"OpenAI fine-tuning: {what} failed: {type(exc).__name__}: "
-                                                f"{getattr(exc, 'message', None) or exc}") from None
-                wait = retry_after_s(exc)
-                self._sleep(min(60.0, wait if wait is not None else 2.0 ** attempt))
-        raise AssertionError("unreachable")
+            return fn()
+
+        policy = retrying(self.base.max_retries, self.base.retry_backoff_s, retry_on=is_transient, sleep=self._sleep,
+                          before_sleep=lambda state: log.warning(
+                              "OpenAI fine-tuning: %s failed (%s); retry %d", what,
+                              type(state.outcome.exception()).__name__, state.attempt_number))
+        failure: Optional[str] = None
+        try:
+            return policy(attempt)
+        except Exception as exc:  # noqa: BLE001 - reported below, outside the except block
+            failure = f"OpenAI fine-tuning: {what} failed: {type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+        # Raised outside `except`, so it does not carry the openai error (and its request headers) as context.
+        raise ModelUnavailableError(failure)
 
     def _upload(self, workdir: Path, text: str) -> str:
         f = self._call(lambda: self.client.files.create(

@@ -12,8 +12,8 @@ without logprobs that came before the server had shown any is asked again once t
 
 Requests run `max_concurrency` at a time and are yielded as each completes, so the caller caches
 every finished call at once. Transient failures (429, 5xx, timeouts, dropped connections) are
-retried by one policy (tenacity: exponential backoff with jitter, honouring Retry-After); the
-openai client's own retries are off. Permanent failures (bad key, unknown model, bad request) and
+retried by one policy (`retry.py`, shared with the fine-tuning trainer: tenacity's exponential
+backoff with jitter, honouring Retry-After); the openai client's own retries are off. Permanent failures (bad key, unknown model, bad request) and
 an outage that outlasts the retries raise ModelUnavailableError; pending work is cancelled, and
 whatever finished before that has already been yielded, so a re-run resumes from the cache.
 
@@ -23,14 +23,11 @@ it is not part of the identity, cache keys, logs, repr or any message this modul
 
 from __future__ import annotations
 
-import email.utils
 import ipaddress
 import logging
 import math
 import os
-import random
 import threading
-import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
@@ -42,6 +39,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 from ..errors import ConfigError, ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    adapter_fingerprint, unique)
+from .retry import is_transient, retrying, status_code
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +49,7 @@ BACKEND_VERSION = 1
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
-MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is capped; the retry budget then decides
 SHUTDOWN_GRACE_S = 1.0  # after a fatal error, results finishing within this are still yielded
-_TRANSIENT_STATUS = {408, 409, 429}  # plus every 5xx
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -116,62 +112,9 @@ class _NoLogprobs(Exception):
         self.completion = completion
 
 
-def _status(exc: BaseException) -> Optional[int]:
-    return getattr(exc, "status_code", None)
-
-
-def _error_code(exc: BaseException) -> Optional[str]:
-    code = getattr(exc, "code", None)
-    body = getattr(exc, "body", None)
-    if code is None and isinstance(body, dict):
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
-        code = inner.get("code")
-    return str(code) if code is not None else None
-
-
-def is_transient(exc: BaseException) -> bool:
-    import openai
-
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
-        return True
-    status = _status(exc)
-    if status is None:
-        return False
-    if status == 429 and _error_code(exc) == "insufficient_quota":
-        return False  # billing: waiting does not help
-    return status in _TRANSIENT_STATUS or status >= 500
-
-
-def retry_after_s(exc: BaseException) -> Optional[float]:
-    """Seconds the server asked us to wait (Retry-After / retry-after-ms), if it said."""
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:  # an HTTP date
-            seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-        except (TypeError, ValueError):
-            return None
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
 def _describe(exc: BaseException) -> str:
     """A short description of an API error (status, type, server message) without the request."""
-    status = _status(exc)
+    status = status_code(exc)
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     kind = type(exc).__name__
     return f"{kind} (HTTP {status}): {message}" if status is not None else f"{kind}: {message}"
@@ -241,17 +184,7 @@ class OpenAIModel(ModelAPI):
         """fn() under the retry policy; transient errors are retried, others raise at once. `check(result)`
         may raise _NoLogprobs, retried the same way; once the retries are spent, that last result is returned
         (the caller records it)."""
-        from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
-
-        backoff = wait_exponential_jitter(initial=self.retry_backoff_s, max=30.0, jitter=self.retry_backoff_s)
-
-        def wait_for(state: RetryCallState) -> float:
-            after = retry_after_s(state.outcome.exception())
-            if after is not None:
-                return min(after, MAX_RETRY_AFTER_S) + random.uniform(0.0, 0.1)
-            return backoff(state)
-
-        def before_sleep(state: RetryCallState) -> None:
+        def before_sleep(state) -> None:
             with self._lock:
                 self.retries += 1
             log.warning("%s: %s; retry %d/%d in %.1fs", self.identity.label,
@@ -268,17 +201,13 @@ class OpenAIModel(ModelAPI):
                 check(result)
             return result
 
-        retrying = Retrying(
-            retry=retry_if_exception(lambda exc: isinstance(exc, _NoLogprobs) or is_transient(exc)),
-            stop=stop_after_attempt(self.max_retries + 1),
-            wait=wait_for,
-            sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        policy = retrying(self.max_retries, self.retry_backoff_s,
+                          retry_on=lambda exc: isinstance(exc, _NoLogprobs) or is_transient(exc),
+                          sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
+                          before_sleep=before_sleep)
         failure: Optional[str] = None
         try:
-            return retrying(attempt)
+            return policy(attempt)
         except _Cancelled:
             raise
         except _NoLogprobs as exc:
@@ -301,7 +230,7 @@ class OpenAIModel(ModelAPI):
         raise ModelUnavailableError(self._scrub(failure))
 
     def _permanent_message(self, exc: BaseException, what: str) -> str:
-        status = _status(exc)
+        status = status_code(exc)
         where = f"{self.identity.label} ({self.api_model} at {self.base_url})"
         env = _cfg_value(self.cfg, "api_key_env", "OPENAI_API_KEY")
         hint = {

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from filelock import FileLock
 
@@ -84,12 +84,17 @@ def _assemble_gguf(w, out_dir: Path) -> Path:
     raise ModelUnavailableError(f"Unknown weights format {w.format!r} (gguf_parts, gguf_file, gguf_assembler).")
 
 
+def local_hf_dir_path(cfg, model_cache: str) -> Path:
+    """Where the converted weights of a packaged model are (or will be) kept."""
+    digest = hashlib.sha256(f"{weights_fingerprint(cfg)}|{cfg.dtype}".encode()).hexdigest()[:12]
+    return Path(model_cache).expanduser() / f"{cfg.name}-{cfg.dtype}-{digest}"
+
+
 def local_hf_dir(cfg, model_cache: str) -> Path:
     """A directory in Hugging Face format holding the model's weights and tokenizer."""
     fingerprint = weights_fingerprint(cfg)
-    digest = hashlib.sha256(f"{fingerprint}|{cfg.dtype}".encode()).hexdigest()[:12]
-    root = Path(model_cache).expanduser()
-    target = root / f"{cfg.name}-{cfg.dtype}-{digest}"
+    target = local_hf_dir_path(cfg, model_cache)
+    root = target.parent
     if (target / _DONE).exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
@@ -118,3 +123,36 @@ def local_hf_dir(cfg, model_cache: str) -> Path:
                 shutil.rmtree(target)
             staging.rename(target)
     return target
+
+
+def weights_problem(cfg, model_cache: str) -> Optional[str]:
+    """Why a local model's weights could not be loaded on this machine, checked without loading them (plan
+    mode's pre-flight); None when they are there. Packaged weights: converted already, or their packages
+    installed. A Hugging Face id: a local directory, or a copy in the Hugging Face cache."""
+    if getattr(cfg, "weights", None):
+        try:
+            if (local_hf_dir_path(cfg, model_cache) / _DONE).exists():
+                return None
+            for module in cfg.weights.modules:
+                _module_dir(module, getattr(cfg.weights, "install_hint", "") or "")
+        except ModelUnavailableError as exc:
+            return str(exc)
+        return None
+    hf_id = getattr(cfg, "hf_id", None)
+    if not hf_id:
+        return f"model {cfg.name!r} names neither `weights` nor `hf_id`"
+    if Path(str(hf_id)).expanduser().is_dir():
+        if not (Path(str(hf_id)).expanduser() / "config.json").is_file():
+            return f"{hf_id} has no config.json: not a model directory in Hugging Face format"
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    revision = getattr(cfg, "revision", None)
+    try:
+        cached = try_to_load_from_cache(str(hf_id), "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - a malformed id: reported as not available
+        cached = None
+    if isinstance(cached, str):
+        return None
+    return (f"{hf_id} is not a local directory and not in the Hugging Face cache: a run would download it from "
+            f"the hub (impossible offline); point hf_id at a local copy")

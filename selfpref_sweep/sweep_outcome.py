@@ -1,0 +1,67 @@
+"""The end of a sweep: which cells failed, said in one paragraph, and said by the exit status too.
+
+A failing cell does not stop a sweep (`cli.run_job` records its error in the cell directory and goes on),
+so without this a sweep whose cells all failed would end with status 0. `SweepOutcomeCallback` (listed
+first in conf/config.yaml's callbacks, so Hydra runs it after the analysis at the end of a multirun) reads
+the cell directories, prints the paragraph, and remembers the failures; `cli.main` then exits with 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List
+
+from hydra.experimental.callback import Callback
+
+from .analysis.discover import find_cell_dirs
+from .record import ERROR_FILE
+
+_failed: List[Path] = []  # failed cell directories of the sweeps this process ran
+
+
+@dataclass
+class SweepOutcome:
+    sweep_dir: Path
+    n_cells: int
+    failed: List[Path] = field(default_factory=list)
+    errors: List[str] = field(default_factory=list)  # the first line of each failed cell's error
+
+    def paragraph(self) -> str:
+        """One paragraph: how many cells failed, of what, where the details are, and what to do."""
+        kinds = Counter(e.split(":", 1)[0] for e in self.errors)
+        by_kind = "; ".join(f"{n} x {kind}" for kind, n in kinds.most_common())
+        first = self.errors[0] if self.errors else ""
+        where = ", ".join(f"{p.relative_to(self.sweep_dir).as_posix()}/{ERROR_FILE}" for p in self.failed[:5])
+        more = f" and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
+        return (f"{len(self.failed)} of {self.n_cells} cells failed ({by_kind}). First error: {first} "
+                f"Details are in {where}{more} under {self.sweep_dir}; the report lists the failed cells and no "
+                f"fit uses them. Every finished model call is cached, so re-running the same command after fixing "
+                f"the cause repeats only the work that failed.")
+
+
+def sweep_outcome(sweep_dir: Path) -> SweepOutcome:
+    cells = find_cell_dirs(sweep_dir) if sweep_dir.is_dir() else []
+    failed = [c for c in cells if (c / ERROR_FILE).is_file()]
+    errors = []
+    for cell in failed:
+        text = (cell / ERROR_FILE).read_text(encoding="utf-8", errors="replace").strip()
+        errors.append(text.splitlines()[0] if text else "unknown error")
+    return SweepOutcome(sweep_dir, len(cells), failed, errors)
+
+
+def failed_cells() -> List[Path]:
+    return list(_failed)
+
+
+class SweepOutcomeCallback(Callback):
+    """Hydra callback: after a multirun, print a paragraph about the failed cells (if any) and record them
+    for the exit status."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        outcome = sweep_outcome(Path(str(config.hydra.sweep.dir)))
+        if outcome.failed:
+            _failed.extend(outcome.failed)
+            print(f"\nSWEEP FAILED: {outcome.paragraph()}\n", file=sys.stderr)
