@@ -6,8 +6,8 @@ Run on the commit whose behaviour is pinned (from the repository root, with the 
 
 It runs the grid of tests/golden/grid.py into a temporary directory (fresh call store and fine-tune cache;
 qwen05's converted weights are reused from paths.model_cache) and copies each cell's results.jsonl and
-summary.json into tests/golden/<cell>/. Commit the result together with the commit it pins. Run it on the
-kind of CPU the test will run on: the scores' last bits depend on the CPU's instruction set (see grid.py).
+summary.json into tests/golden/<cell>/. Commit the result together with the commit it pins. The grid runs in
+float32 so that the files hold on other kinds of CPU too (see grid.py and test_golden.ABS_TOL).
 """
 
 from __future__ import annotations
