@@ -1,7 +1,7 @@
 """Golden test: a small fixed grid of real qwen05 cells (tests/golden/grid.py), run through `python run.py`,
 must reproduce the committed outputs in tests/golden/<cell>/ (written by tests/golden/make_golden.py on the
 commit whose behaviour is pinned): results.jsonl item for item, summary.json field for field, floats
-within 1e-9. A refactor that changes no behaviour passes; one that changes a score, a count, a CI, a call
+within ABS_TOL. A refactor that changes no behaviour passes; one that changes a score, a count, a CI, a call
 or token count, or drops or adds a field fails and names the first differences."""
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import pytest
 
 from tests.golden.grid import CELLS, GOLDEN_DIR, qwen05_installed, run_grid
 
-ABS_TOL = 1e-9
+# The grid runs in float32 (grid.py). There its results were bit-identical with 2 and 3 torch threads, so the
+# reduction order leaves them alone; another CPU kind's kernels may still move the last bits, which this
+# tolerance absorbs. A behaviour change moves a probability by far more (bf16 vs float32: up to 0.03).
+ABS_TOL = 1e-5
 
 # summary.json fields whose values legitimately differ between two runs of the same code (the keys must
 # still be present on both sides); matched by key name at any depth.
@@ -68,8 +71,8 @@ def _jsonl(path: Path) -> List[Any]:
 def test_differences_finds_what_it_must():
     golden = {"a": [0.5, {"b": "x", "c": None}], "n": 3, "t": 1.0}
     assert differences(golden, json.loads(json.dumps(golden))) == []
-    assert differences(golden, {**golden, "a": [0.5 + 5e-10, {"b": "x", "c": None}]}) == []
-    assert differences(golden, {**golden, "a": [0.5 + 1e-6, {"b": "x", "c": None}]}) != []
+    assert differences(golden, {**golden, "a": [0.5 + ABS_TOL / 2, {"b": "x", "c": None}]}) == []
+    assert differences(golden, {**golden, "a": [0.5 + ABS_TOL * 2, {"b": "x", "c": None}]}) != []
     assert differences(golden, {**golden, "a": [0.5, {"b": "y", "c": None}]}) != []
     assert differences(golden, {**golden, "a": [0.5, {"b": "x", "c": 0.0}]}) != []
     assert differences(golden, {**golden, "a": [0.5]}) != []
