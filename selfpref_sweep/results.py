@@ -5,11 +5,11 @@ Field names are the record schema's (record.py), which the analysis reads back.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .articles import ArticleSelection
 from .pairs import PairSet
-from .record import EXCLUDED, EXCLUSION_REASON, STATUS_COMPLETE
+from .record import EXCLUDED, EXCLUSION_REASON, LOGODDS, STATUS_COMPLETE
 from .scoring import summarize_question, unjudged
 from .spec import CellSpec
 from .summaries import SummarySet
@@ -68,6 +68,7 @@ def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
     for q in questions:
         v = item[q]
         row[f"{q}_score"] = v["score"]
+        row[f"{q}_logodds"] = v.get(LOGODDS)
         row[f"{q}_excluded"] = v["exclusion_reason"]
         if "summaries" in v:  # individual setting: each summary's value and answer mass
             for name in ("own", "other"):
@@ -87,19 +88,39 @@ def _fmt(stats: Dict[str, Any]) -> str:
     if stats.get("mean") is None:
         return "n/a (no scored items)"
     ci = "" if stats.get("ci_low") is None else f"  95% CI [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
-    return f"{stats['mean']:.3f}{ci}  (n={stats['n']}, excluded {stats['n_excluded']})"
+    return f"{stats['mean']:.3f}{ci}"
+
+
+def _fmt_detectable(mde: Dict[str, Any], logodds_mde: Optional[Dict[str, Any]]) -> str:
+    """'with n=14 articles, effects smaller than ±0.04 could not be seen (...)'."""
+    k = mde["n_articles"]
+    articles = f"n={k} article{'' if k == 1 else 's'}"
+    if mde["value"] is None:
+        return f"with {articles}, no detectable effect can be given (it needs at least 2 articles)"
+    on_logodds = "" if not logodds_mde or logodds_mde.get("value") is None else \
+        f" (log-odds ±{logodds_mde['value']:.3f})"
+    return (f"with {articles}, effects smaller than ±{mde['value']:.3f}{on_logodds} could not be seen "
+            f"({mde['power']:.0%} power, α={mde['alpha']:g})")
 
 
 def format_result(summary: Dict[str, Any], where: str) -> str:
-    """The cell's result as printed at its end."""
+    """The cell's result as printed at its end: per question the paper's score and the log-odds score with
+    their CIs, and the smallest effect the cell could have detected."""
     c = summary["cell"]
     lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
     for q in ("recognition", "preference"):
-        if q in summary:
-            pc = summary["position_consistency"].get(q)
-            lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
-                         + ("" if pc is None else f"  position-consistent {pc:.0%}"))
-    lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+        if q not in summary:
+            continue
+        stats, pc = summary[q], summary["position_consistency"].get(q)
+        lines.append(f"  self-{q:<12} score    {_fmt(stats)}"
+                     + ("" if stats.get("mean") is None else f"  (n={stats['n']}, excluded {stats['n_excluded']})")
+                     + ("" if pc is None else f"  position-consistent {pc:.0%}"))
+        if "logodds" in stats:
+            lines.append(f"  {'':<17} log-odds {_fmt(stats['logodds'])}")
+        if "mde" in stats:
+            lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
+    lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
+    lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
     for w in summary.get("warnings") or []:
         lines.append(f"  warning: {w}")
     if summary["n_excluded"]:

@@ -77,7 +77,8 @@ def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def summary_metrics(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """The numbers of a cell's summary.json as W&B metric names ("recognition/mean", "tokens/prompt", ...)."""
+    """The numbers of a cell's summary.json as W&B metric names ("recognition/mean", "tokens/prompt",
+    "recognition/logodds/mean", "recognition/mde/value", ...): nested blocks flatten, so new fields need no code."""
     return _flatten("", {k: v for k, v in summary.items() if k not in ("cell", "config")}, {})
 
 
