@@ -455,7 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sources", default=",".join(d.sources), help="comma-separated source names (default %(default)s)")
     p.add_argument("--datasets", default=",".join(d.datasets),
                    help="comma-separated dataset names; fine-tunes are on the first (default %(default)s)")
-    p.add_argument("--setting", default=d.setting, help="the setting the cells record (default %(default)s)")
+    p.add_argument("--setting", default=d.setting,
+                   help="the setting the cells record, for the analysis' grouping; the simulated judge answers "
+                        "pairwise either way (default %(default)s)")
     p.add_argument("--label", default=d.label, help="the label condition the cells record (default %(default)s)")
     p.add_argument("--no-base", action="store_true", help="no base-model evaluator")
     p.add_argument("--recognition-variants", type=int, default=d.recognition_variants,
