@@ -45,7 +45,7 @@ CONTROL_TASKS = ("length", "vowel", "readability", "always_1", "random")
 RECOGNITION_NS = (2, 10, 50, 100, 200, 500)
 MIN_ANSWER_MASS = 0.5  # the cell's default; an excluded order gets a mass below it
 EXCLUDED_MASS = 0.3
-ALPHA, POWER = 0.05, 0.8
+ALPHA = 0.05
 QUESTIONS = ("recognition", "preference")
 _PREFIX = {"recognition": "rec", "preference": "pref"}
 
@@ -242,31 +242,12 @@ def _verdict(row: dict[str, Any], prefix: str) -> dict[str, Any]:
     pf, pb = float(row[f"{prefix}_p_forward"]), float(row[f"{prefix}_p_backward"])
     forward = score_order(AnswerDistribution({"1": mass_f * pf, "2": mass_f * (1 - pf)}, "simulated"), 1)
     backward = score_order(AnswerDistribution({"1": 1 - pb, "2": pb}, "simulated"), 2)
-    verdict = score_pair(forward, backward, MIN_ANSWER_MASS)
-    # The cell's scoring records the log-odds score (issue 11); before it does, write it here.
-    verdict.setdefault("logodds", None if verdict["excluded"] else float(row[f"{prefix}_logodds"]))
-    return verdict
-
-
-def _mde(values: Sequence[float], groups: Sequence[str]) -> dict[str, Any]:
-    """The smallest detectable |mean - 0.5| at 80% power, α = 0.05, from the SD of article means."""
-    frame = pd.DataFrame({"v": values, "g": groups})
-    means = frame.groupby("g")["v"].mean().to_numpy()
-    n = int(means.size)
-    sd = float(means.std(ddof=1)) if n >= 2 else None
-    value = None if sd is None else (stats.norm.ppf(1 - ALPHA / 2) + stats.norm.ppf(POWER)) * sd / math.sqrt(n)
-    return {"value": value, "n_articles": n, "sd": sd, "alpha": ALPHA, "power": POWER, "scale": "paper"}
+    return score_pair(forward, backward, MIN_ANSWER_MASS)  # with the paper's score and the log-odds score
 
 
 def _question_block(records: list[dict], question: str, spec: SimulationSpec) -> dict[str, Any]:
-    block = summarize_question(records, question, spec.n_resamples, 0.95, spec.seed)
-    scored = [r for r in records if not r[question]["excluded"]]
-    ids = [r["article_id"] for r in scored]
-    # Filled in by the cell's summary once it records them (issue 11); the same definitions here.
-    block.setdefault("logodds", bootstrap_mean([r[question]["logodds"] for r in scored], ids, spec.n_resamples,
-                                               0.95, spec.seed))
-    block.setdefault("mde", _mde([r[question]["score"] for r in scored], ids))
-    return block
+    # The cell's own summary statistics: the paper's score, the log-odds score, the smallest detectable effect.
+    return summarize_question(records, question, spec.n_resamples, 0.95, spec.seed)
 
 
 def _competence_block(records: list[dict], spec: SimulationSpec) -> dict[str, Any]:
