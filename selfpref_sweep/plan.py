@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 
 from .articles import select_articles
+from .competence import competence_requests, control_summaries
 from .config import ModelConfig
 from .data import load_dataset, selection_warnings
 from .files import atomic_write_json
@@ -29,11 +30,18 @@ from .preflight import cell_preflight, finetune_cost, grid_preflight
 from .record import PLAN_FILE, STATUS_PLAN
 from .spec import CellSpec
 from .store import Store
-from .summaries import generate_summaries, source_summaries
+from .summaries import own_summaries, source_summaries
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget
 SUMMARY_TOKENS_GUESS = 45  # a one-sentence or highlights summary, when not generated yet
 PLACEHOLDER_SUMMARY = ("planned summary " * 200)[: int(SUMMARY_TOKENS_GUESS * CHARS_PER_TOKEN)].strip()
+
+
+def placeholder_summary(req) -> str:
+    """A summary not generated yet: typical length, and distinct per request, so that the judge prompts built
+    on two placeholders (both orders of a pair, the competence control's two articles) stay distinct calls."""
+    tag = f" {req.cache_key()[:8]}"
+    return PLACEHOLDER_SUMMARY[: len(PLACEHOLDER_SUMMARY) - len(tag)] + tag
 CHAT_TEMPLATE_TOKENS = 10
 
 
@@ -75,7 +83,7 @@ class PlanningModel:
         return out
 
     def generate(self, requests, desc: str = "") -> Dict:
-        return self._serve(requests, lambda r: Generation(text=PLACEHOLDER_SUMMARY),
+        return self._serve(requests, lambda r: Generation(text=placeholder_summary(r)),
                            SUMMARY_TOKENS_GUESS)
 
     def answer_distributions(self, requests, desc: str = "") -> Dict:
@@ -113,14 +121,17 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         if tuned is not None:  # a different identity: none of its calls is cached before it exists
             models["judge"] = PlanningModel(tuned, store)
         judge = models.get("judge", models["evaluator"])
-        own = generate_summaries(models["evaluator"], spec.evaluator, spec.prompts, dataset.task, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+        own = own_summaries(models["evaluator"], spec.evaluator, dataset, spec.prompts, selection.usable,
+                            spec.summaries)
         other = source_summaries(spec.source, models.get("source"), dataset, spec.prompts, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+                                 spec.summaries.max_new_tokens, spec.summaries)
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
         labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name, spec.seed)
         requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, labels)
-        answer_distributions(judge, requests)
+        shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
+        control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
+                                      spec.seed)
+        answer_distributions(judge, [*requests, *control.items])
     finally:
         store.close()
     judge_prompts = flatten(requests)
@@ -141,6 +152,8 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "completion_tokens_est": sum(m.completion_tokens for m in models.values()),
         "cost_usd_est": None if any(c is None for c in costs) else round(sum(costs), 4),
         "finetune": ft_plan,
+        # the competence control's judge requests (cached or not), included in uncached_calls above
+        "judge_competence": {"enabled": control.enabled, "requests": control.n_requests, "reason": control.reason},
         "preflight": [w.to_json() for w in preflight],
         "by_model": {role: m.summary() for role, m in models.items()},
     }
