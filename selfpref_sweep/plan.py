@@ -108,6 +108,11 @@ class PlanningModel:
 
 def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     """The cell's stages with stand-in models: the calls, tokens and cost its run would need."""
+    if spec.skip_reason:  # a grid point outside the design: its run would be skipped, at no cost
+        return _write_plan(run_dir, {
+            "status": STATUS_PLAN, "cell": spec.coordinates.to_json(), "skipped": spec.skip_reason,
+            "uncached_calls": 0, "prompt_tokens_est": 0, "completion_tokens_est": 0, "cost_usd_est": 0.0,
+            "finetune": None, "preflight": [], "warnings": []})
     store = Store(spec.store_path)
     try:
         ft_plan = finetune_plan(spec)  # None when finetune_task=none; never trains
@@ -157,6 +162,10 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "preflight": [w.to_json() for w in preflight],
         "by_model": {role: m.summary() for role, m in models.items()},
     }
+    return _write_plan(run_dir, plan)
+
+
+def _write_plan(run_dir: Path, plan: Dict[str, Any]) -> Dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / PLAN_FILE, plan)
     print(format_plan_line(plan))
@@ -164,8 +173,8 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         print(f"        warning: {w}")
     for w in plan["preflight"]:
         print(f"        pre-flight ({w['kind']}): {w['message']}")
-    if ft_plan is not None:
-        print(f"        {format_plan(ft_plan)}")
+    if plan["finetune"] is not None:
+        print(f"        {format_plan(plan['finetune'])}")
     return plan
 
 
@@ -175,8 +184,11 @@ def _money(x: Optional[float]) -> str:
 
 def format_plan_line(plan: Dict[str, Any]) -> str:
     c = plan["cell"]
-    return (f"[plan] {c['evaluator']} vs {c['source']} on {c['dataset']} ({c['setting']}, label={c['label']}, "
-            f"finetune={c['finetune_task']}): {plan['uncached_calls']} calls not cached, "
+    head = (f"[plan] {c['evaluator']} vs {c['source']} on {c['dataset']} ({c['setting']}, label={c['label']}, "
+            f"finetune={c['finetune_task']}): ")
+    if plan.get("skipped"):
+        return f"{head}skipped: {plan['skipped']}"
+    return (f"{head}{plan['uncached_calls']} calls not cached, "
             f"~{plan['prompt_tokens_est']:,} prompt + ~{plan['completion_tokens_est']:,} completion tokens, "
             f"{_money(plan['cost_usd_est'])}")
 

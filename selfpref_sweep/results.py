@@ -78,7 +78,8 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
 
 def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
     """An item as one flat row of the W&B item table."""
-    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
+    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"],
+                           "competence_score": (item.get(COMPETENCE) or {}).get("score")}  # None: no control
     for q in questions:
         v = item[q]
         row[f"{q}_score"] = v["score"]

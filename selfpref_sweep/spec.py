@@ -73,6 +73,7 @@ class CellSpec:
     show_progress: bool
     plan: bool
     config: Mapping[str, Any]  # the whole resolved config, plain data (logged to W&B after redaction)
+    same_model_reason: Optional[str] = None  # in a sweep: why the source is the evaluator's own (then skipped)
 
     @property
     def source_model(self) -> Optional[ModelConfig]:
@@ -96,14 +97,19 @@ class CellSpec:
         if self.label != LabelName.none and self.setting != SettingName.pairwise:
             return (f"label={self.label.value} tags the two summaries of the pairwise preference prompt; "
                     f"it does not apply to setting={self.setting.value}")
-        return None
+        return self.same_model_reason
 
 
 # ------------------------------------------------------------------------------------ resolution
-def resolve_cell(cfg: DictConfig) -> CellSpec:
-    """The typed cell spec of a composed config. Unset required values become a ConfigError that names them."""
+def resolve_cell(cfg: DictConfig, sweeping: bool = False) -> CellSpec:
+    """The typed cell spec of a composed config. Unset required values become a ConfigError that names them.
+    A source that is the evaluator's own model is refused (ConfigError); inside a sweep, which crosses
+    evaluators with sources, that grid point is skipped instead, with the same reason."""
     typed = _typed(cfg)
-    check_own_and_other(typed.evaluator, typed.source, typed.finetune_task.name)
+    own_other = own_is_other(typed.evaluator, typed.source)
+    if own_other and not sweeping:
+        raise ConfigError(own_other)
+    _own_summaries_need_no_finetune(typed.evaluator, typed.finetune_task.name)
     finetune = _finetune_spec(typed)
     dataset = _evaluation_dataset(typed.dataset, finetune)
     finetune_dataset = None if finetune is None else finetune.dataset.name
@@ -122,37 +128,39 @@ def resolve_cell(cfg: DictConfig) -> CellSpec:
         summaries=typed.summaries, judge=typed.judge, articles=typed.articles, bootstrap=typed.bootstrap,
         store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache), wandb=typed.wandb,
         seed=int(typed.seed), show_progress=bool(typed.show_progress), plan=bool(typed.plan),
-        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), same_model_reason=own_other)
 
 
-def check_own_and_other(evaluator: ModelConfig, source: SourceConfig, finetune_task: FinetuneTaskName) -> None:
-    """Refuse a cell whose "other" summaries are the evaluator's own: the source is the evaluator's model
-    (the paper's summaries it wrote, or the same API model or weights), or the very summaries
-    `evaluator.own_summaries` takes."""
+def own_is_other(evaluator: ModelConfig, source: SourceConfig) -> Optional[str]:
+    """Why a cell's "other" summaries are the evaluator's own, if they are: the source is the evaluator's model
+    (the paper's summaries it wrote, or the same API model, Hugging Face id or weights), or the very summaries
+    `evaluator.own_summaries` takes. None for a valid pairing."""
     origin, own_key = own_origin(evaluator), paper_key_of(evaluator)
     other_key = {SourceKind.reference: "human", SourceKind.imported: source.key}.get(source.kind)
-    problem = None
     if origin.kind == OWN_DATASET and origin.key == other_key:
-        problem = (f"evaluator.own_summaries={origin.name} and source={source.name} are the same summaries; "
-                   f"pick another source.")
-    elif origin.kind == OWN_DATASET and own_key and origin.key != own_key:
-        problem = (f"evaluator.own_summaries={origin.name} are not {evaluator.name}'s: its published summaries "
-                   f"are paper_{own_key} (a path to a JSON file takes any summaries).")
-    elif own_key and other_key == own_key:
-        problem = (f"source={source.name} holds {evaluator.name}'s own published summaries, so evaluator="
-                   f"{evaluator.name} would judge its own text against its own text. Pick another source (e.g. "
-                   f"source=paper_gpt4 or source=human); to judge the paper's exact inputs, set "
-                   f"evaluator.own_summaries=paper_{own_key} with another source.")
-    elif source.kind == SourceKind.model and source.model is not None:
+        return (f"evaluator.own_summaries={origin.name} and source={source.name} are the same summaries; "
+                f"pick another source.")
+    if origin.kind == OWN_DATASET and own_key and origin.key != own_key:
+        return (f"evaluator.own_summaries={origin.name} are not {evaluator.name}'s: its published summaries "
+                f"are paper_{own_key} (a path to a JSON file takes any summaries).")
+    if own_key and other_key == own_key:
+        return (f"source={source.name} holds {evaluator.name}'s own published summaries, so evaluator="
+                f"{evaluator.name} would judge its own text against its own text. Pick another source (e.g. "
+                f"source=human); to judge the paper's exact inputs, set "
+                f"evaluator.own_summaries=paper_{own_key} with another source.")
+    if source.kind == SourceKind.model and source.model is not None:
         same = same_model_field(evaluator, source.model)
         if same:
-            problem = (f"source={source.name} is the evaluator's own model ({same}); pick another source "
-                       f"(e.g. source=human).")
-    if problem is None and origin.kind != OWN_GENERATED and finetune_task != FinetuneTaskName.none:
-        problem = (f"evaluator.own_summaries={origin.name} with finetune_task={finetune_task.value} is not "
-                   f"supported: the fine-tuning examples use the evaluator's generated summaries. Drop one of them.")
-    if problem:
-        raise ConfigError(problem)
+            return f"source={source.name} is the evaluator's own model ({same}); pick another source (e.g. source=human)."
+    return None
+
+
+def _own_summaries_need_no_finetune(evaluator: ModelConfig, finetune_task: FinetuneTaskName) -> None:
+    origin = own_origin(evaluator)
+    if origin.kind != OWN_GENERATED and finetune_task != FinetuneTaskName.none:
+        raise ConfigError(f"evaluator.own_summaries={origin.name} with finetune_task={finetune_task.value} is not "
+                          f"supported: the fine-tuning examples use the evaluator's generated summaries. Drop one "
+                          f"of them.")
 
 
 def same_model_field(a: ModelConfig, b: ModelConfig) -> Optional[str]:

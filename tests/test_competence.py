@@ -12,6 +12,7 @@ from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.judging import BACKWARD, FORWARD
 from selfpref_sweep.pairs import Pair
 from selfpref_sweep.plan import plan_cell
+from selfpref_sweep.results import table_row
 from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.summaries import SummarySet
 from selfpref_sweep.tracking import summary_metrics
@@ -100,6 +101,7 @@ def test_a_judge_that_can_tell_passes(compose_cfg, tmp_path, capsys):
     assert "judge competence  0.990" in capsys.readouterr().out
     metrics = summary_metrics(summary)
     assert metrics["judge_competence/passed"] == 1 and metrics["judge_competence/mean"] == block["mean"]
+    assert table_row(item, ("recognition", "preference"))["competence_score"] == verdict["score"]
 
 
 @pytest.mark.parametrize("backend", ["coin", "first"])

@@ -106,3 +106,16 @@ def test_an_evaluator_against_its_own_model_is_refused(compose_cfg, overrides, m
 ])
 def test_other_models_are_accepted(compose_cfg, overrides):
     resolve_cell(compose_cfg(overrides))
+
+
+def test_a_sweep_skips_the_evaluator_against_its_own_model(compose_cfg, tmp_path):
+    """A grid crosses evaluators with sources (experiment=paper_pairwise): that grid point is skipped and
+    recorded with the reason, in plan mode too, instead of failing the sweep."""
+    cfg = compose_cfg(["evaluator=gpt35", "source=paper_gpt35"])
+    spec = resolve_cell(cfg, sweeping=True)
+    assert "own published summaries" in spec.skip_reason
+    plan = plan_cell(spec, tmp_path / "plan")
+    assert plan["uncached_calls"] == 0 and "own published summaries" in plan["skipped"]
+    summary = run_cell(spec, tmp_path / "cell")
+    assert summary["status"] == "skipped" and summary["cell"]["source"] == "paper_gpt35"
+    assert resolve_cell(compose_cfg(["evaluator=gpt35", "source=paper_gpt4"]), sweeping=True).skip_reason is None
