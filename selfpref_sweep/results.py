@@ -121,8 +121,8 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
     origin = summary.get("own_summaries") or {}
     if origin.get("kind") not in (None, "generated"):
         lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")
-    stripped = {src: {r: n for r, n in rules.items() if n} for src, rules in (summary.get("standardization") or {}).items()}
-    stripped = {src: rules for src, rules in stripped.items() if rules}
+    stripped = {src: {r: n for r, n in rules.items() if n}
+                for src, rules in (summary.get("standardization") or {}).items() if any(rules.values())}
     if stripped:
         lines.append(f"  standardization stripped (summaries per rule): {stripped}")
     for w in summary.get("warnings") or []:

@@ -151,7 +151,8 @@ def own_is_other(evaluator: ModelConfig, source: SourceConfig) -> Optional[str]:
     if source.kind == SourceKind.model and source.model is not None:
         same = same_model_field(evaluator, source.model)
         if same:
-            return f"source={source.name} is the evaluator's own model ({same}); pick another source (e.g. source=human)."
+            return (f"source={source.name} is the evaluator's own model ({same}); pick another source "
+                    f"(e.g. source=human).")
     return None
 
 

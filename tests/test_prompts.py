@@ -92,7 +92,8 @@ def test_the_rules_can_be_switched_off_and_are_counted_per_rule():
 
     texts = {f"a{i}": raw for i, (raw, _, _) in enumerate(CLAUDE_STYLE)}
     counted = clean("claude", texts, configured_rules())
-    expected = {rule: sum(rule in rules for _, _, rules in CLAUDE_STYLE) for rule in ("preamble", "bullet", "numbering")}
+    expected = {rule: sum(rule in rules for _, _, rules in CLAUDE_STYLE)
+                for rule in ("preamble", "bullet", "numbering")}
     assert counted.stripped == expected
     assert counted.texts == {f"a{i}": out for i, (_, out, _) in enumerate(CLAUDE_STYLE)}
     kept = clean("claude", texts, configured_rules(strip_preambles=False, strip_bullets=False))
