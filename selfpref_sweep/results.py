@@ -5,19 +5,22 @@ Field names are the record schema's (record.py), which the analysis reads back.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .articles import ArticleSelection
+from .competence import QUESTION as COMPETENCE, CompetenceControl, format_competence, summarize_competence
 from .pairs import PairSet
 from .record import EXCLUDED, EXCLUSION_REASON, LOGODDS, STATUS_COMPLETE
 from .scoring import summarize_question, unjudged
 from .spec import CellSpec
-from .summaries import SummarySet
+from .summaries import SummarySet, own_origin
 
 
 def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet,
-                 verdicts: Sequence[Dict[str, dict]]) -> List[Dict[str, Any]]:
-    """Every selected article, judged or with the reason it could not be (never dropped)."""
+                 verdicts: Sequence[Dict[str, dict]], competence: Optional[Mapping[str, dict]] = None
+                 ) -> List[Dict[str, Any]]:
+    """Every selected article, judged or with the reason it could not be (never dropped); the competence
+    control's verdict where the article got the control."""
     judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
     c = spec.coordinates
     items = []
@@ -27,6 +30,8 @@ def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, o
                       "article": a.text,
                       "article_truncated": a.id in selection.truncated, "own_summary": own.texts.get(a.id),
                       "other_summary": other.texts.get(a.id), **item_verdicts})
+        if competence and a.id in competence:
+            items[-1][COMPETENCE] = competence[a.id]
     return items
 
 
@@ -40,9 +45,17 @@ def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) 
 
 
 def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection,
-                 warnings: Sequence[str] = ()) -> Dict[str, Any]:
-    """summary.json's statistics: per question the mean score with its article-level bootstrap CI."""
+                 warnings: Sequence[str] = (), control: Optional[CompetenceControl] = None,
+                 competence: Optional[Mapping[str, dict]] = None, summary_sets: Sequence[SummarySet] = ()
+                 ) -> Dict[str, Any]:
+    """summary.json's statistics: per question the mean score with its article-level bootstrap CI; the
+    judge-competence control; where the own summaries came from; what standardization stripped, per source."""
     boot = spec.bootstrap
+    extra: Dict[str, Any] = {"own_summaries": own_origin(spec.evaluator).to_json(),
+                             "standardization": {s.source: dict(s.stripped) for s in summary_sets}}
+    if control is not None:
+        extra["judge_competence"] = summarize_competence(control, competence or {}, spec.judge,
+                                                         int(boot.n_resamples), float(boot.confidence), spec.seed)
     per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
                     for q in spec.questions}
     excluded = [it for it in items if any(it[q][EXCLUDED] for q in spec.questions)]
@@ -57,6 +70,7 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in spec.questions},
         "min_answer_mass": float(spec.judge.min_answer_mass),
+        **extra,
         "warnings": list(warnings),
         "elapsed_s": None,
     }
@@ -64,7 +78,8 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
 
 def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
     """An item as one flat row of the W&B item table."""
-    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
+    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"],
+                           "competence_score": (item.get(COMPETENCE) or {}).get("score")}  # None: no control
     for q in questions:
         v = item[q]
         row[f"{q}_score"] = v["score"]
@@ -121,6 +136,16 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
             lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
     lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
     lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
+    competence = format_competence(summary.get("judge_competence"))
+    if competence:
+        lines.append(competence)
+    origin = summary.get("own_summaries") or {}
+    if origin.get("kind") not in (None, "generated"):
+        lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")
+    stripped = {src: {r: n for r, n in rules.items() if n}
+                for src, rules in (summary.get("standardization") or {}).items() if any(rules.values())}
+    if stripped:
+        lines.append(f"  standardization stripped (summaries per rule): {stripped}")
     for w in summary.get("warnings") or []:
         lines.append(f"  warning: {w}")
     if summary["n_excluded"]:

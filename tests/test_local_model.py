@@ -80,7 +80,7 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     assert summary["n_excluded"] + summary["recognition"]["n"] == 2
     items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     assert all(it["own_summary"] for it in items)
-    assert summary["model_calls"] == 2 + 2 * 2 * 2
+    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2  # summaries, both questions, the competence control
     assert run_cell(resolve_cell(cfg), tmp_path / "again")["model_calls"] == 0
 
 
