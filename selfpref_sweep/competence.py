@@ -128,16 +128,20 @@ def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict
     rows = [{"article_id": aid, QUESTION: v} for aid, v in verdicts.items()]
     stats = summarize_question(rows, QUESTION, n_resamples, confidence, seed)
     threshold = float(cfg.competence_threshold)
-    if stats["mean"] is None:
-        passed = None
-    elif stats["mean"] < threshold:
-        passed = False
-    elif stats["ci_low"] is None:
-        passed = None  # one article: no interval to tell chance from skill
-    else:
-        passed = not (stats["ci_low"] <= 0.5 <= stats["ci_high"])
-    return {"enabled": True, **stats, "threshold": threshold, "passed": passed,
+    return {"enabled": True, **stats, "threshold": threshold, "passed": judge_passed(stats, threshold),
             "calls_sampled": control.n_requests, "summaries": control.summaries}
+
+
+def judge_passed(stats: Mapping[str, Any], threshold: float) -> Optional[bool]:
+    """Whether the judge passed the control: mean P(correct) >= threshold and the CI clear of 0.5; None when
+    there is nothing to tell it by (no scored article, or one article: no interval)."""
+    if stats["mean"] is None:
+        return None
+    if stats["mean"] < threshold:
+        return False
+    if stats["ci_low"] is None:
+        return None  # one article: no interval to tell chance from skill
+    return not (stats["ci_low"] <= 0.5 <= stats["ci_high"])
 
 
 def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:

@@ -35,10 +35,11 @@ from scipy.special import expit
 from .analysis.fit import GROUPINGS, fit_formula
 from .analysis.load import evaluator_variant
 from .analysis.units import kept_items, unit_means
+from .competence import judge_passed
 from .models.base import AnswerDistribution
 from .record import RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, CellCoordinates, transfer_of
 from .results import exclusion_counts
-from .scoring import LOW_ANSWER_MASS, bootstrap_mean, score_order, score_pair, summarize_question
+from .scoring import LOW_ANSWER_MASS, score_order, score_pair, summarize_question
 
 EVALUATOR = "simllm"
 CONTROL_TASKS = ("length", "vowel", "readability", "always_1", "random")
@@ -251,15 +252,11 @@ def _question_block(records: list[dict], question: str, spec: SimulationSpec) ->
 
 
 def _competence_block(records: list[dict], spec: SimulationSpec) -> dict[str, Any]:
-    scored = [r["competence"] for r in records if not r["competence"]["excluded"]]
-    stats_ = bootstrap_mean([c["score"] for c in scored], [r["article_id"] for r in records
-                                                           if not r["competence"]["excluded"]],
-                            spec.n_resamples, 0.95, spec.seed)
-    low, mean = stats_["ci_low"], stats_["mean"]
-    passed = None if mean is None else bool(mean >= spec.competence_threshold and low is not None and low > 0.5)
-    return {"enabled": True, **stats_, "n": len(scored), "n_excluded": len(records) - len(scored),
-            "exclusions": {}, "threshold": spec.competence_threshold, "passed": passed,
-            "calls_sampled": 2 * len(records)}
+    """summary.json's judge_competence, by the cell's own statistics and pass rule."""
+    rows = [{"article_id": r["article_id"], "competence": r["competence"]} for r in records]
+    stats_ = summarize_question(rows, "competence", spec.n_resamples, 0.95, spec.seed)
+    return {"enabled": True, **stats_, "threshold": spec.competence_threshold,
+            "passed": judge_passed(stats_, spec.competence_threshold), "calls_sampled": 2 * len(records)}
 
 
 def _plain(value: Any) -> Any:
