@@ -31,9 +31,10 @@ from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
-# Bump when a change here changes any result (1 -> 2: answer probabilities from a float32 output layer).
-# Reading split answers (a second position) left every unsplit result bit-identical, so no bump for it.
-BACKEND_VERSION = 2
+# Bump when a change here changes any result (1 -> 2: answer probabilities from a float32 output layer;
+# 2 -> 3: split answers read at a second position. Unsplit results are bit-identical, but a tokenizer that
+# splits " 1" into "▁", "1" now gets other numbers, and a cache entry must hold only what its key says).
+BACKEND_VERSION = 3
 
 FULL_METHOD = "full_distribution"  # the answer position's full next-token distribution
 SPLIT_METHOD = "full_distribution+split"  # ... plus a second position after whitespace-only tokens
