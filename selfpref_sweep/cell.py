@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .articles import select_articles
+from .competence import CompetenceControl, competence_requests, control_summaries, score_competence
 from .config import ModelConfig
 from .data import Dataset, load_dataset, selection_warnings
 from .errors import ConfigError, DataError
@@ -28,7 +29,7 @@ from .results import cell_summary, format_result, item_records, table_row
 from .scoring import score_items
 from .spec import CellSpec
 from .store import Store
-from .summaries import generate_summaries, source_summaries
+from .summaries import own_summaries, own_summaries_warnings, source_summaries
 from .tracking import CellTracker, log_finetune
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         return _skipped(spec, run_dir)
     with CellModels(spec) as models:
         dataset, warnings = _load_articles(spec)
+        warnings += own_summaries_warnings(spec.evaluator)
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
         finetune = prepare_finetuned_evaluator(spec, evaluator)  # None when finetune_task=none
         judge = models.load(finetune.model) if finetune else evaluator
@@ -50,17 +52,20 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
             raise DataError(f"Every article of {dataset.name!r} was a fine-tuning article; raise dataset.offset.")
         selection = select_articles(articles, [spec.evaluator, spec.source_model], spec.summaries.max_new_tokens,
                                     spec.articles)
-        own = generate_summaries(evaluator, spec.evaluator, spec.prompts, dataset.task, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+        own = own_summaries(evaluator, spec.evaluator, dataset, spec.prompts, selection.usable, spec.summaries)
         if finetune is not None:
             evaluator.close()  # the base's weights are not needed while its fine-tuned copy judges
         other = source_summaries(spec.source, source, dataset, spec.prompts, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+                                 spec.summaries.max_new_tokens, spec.summaries)
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
         pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
                                      spec.seed)
-        items = item_records(spec, selection, own, other, pairs, judge_pairs(spec, judge, pairs))
-        summary = cell_summary(spec, items, selection, warnings)
+        shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
+        control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
+                                      spec.seed)
+        verdicts, competence = judge_pairs(spec, judge, pairs, control)
+        items = item_records(spec, selection, own, other, pairs, verdicts, competence)
+        summary = cell_summary(spec, items, selection, warnings, control, competence, [own, other, shown])
         if finetune is not None:
             summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_dropped}
             if spec.finetune.settings.inverse_check:
@@ -75,10 +80,14 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     return summary
 
 
-def judge_pairs(spec: CellSpec, judge: CachedModel, pairs: PairSet) -> List[Dict[str, dict]]:
-    """Judge requests -> answer distributions -> scores, one verdict per pair and question."""
+def judge_pairs(spec: CellSpec, judge: CachedModel, pairs: PairSet, control: CompetenceControl
+                ) -> Tuple[List[Dict[str, dict]], Dict[str, dict]]:
+    """Judge requests -> answer distributions -> scores: one verdict per pair and question, and the
+    competence control's verdict per article. One batch, so the backend shares prompt prefixes across both."""
     requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, pairs.labels)
-    return score_items(requests, answer_distributions(judge, requests), spec.setting, spec.judge.min_answer_mass)
+    dists = answer_distributions(judge, [*requests, *control.items])
+    min_mass = spec.judge.min_answer_mass
+    return score_items(requests, dists, spec.setting, min_mass), score_competence(control, dists, min_mass)
 
 
 class CellModels:

@@ -65,7 +65,7 @@ def run_job(cfg: DictConfig) -> None:
     spec = None
     try:
         validate_config(cfg)  # ranges and unknown keys, before anything is loaded or spent
-        spec = resolve_cell(cfg)  # the config, resolved once into typed facts
+        spec = resolve_cell(cfg, sweeping)  # the config, resolved once into typed facts
         if spec.plan:
             plan_cell(spec, run_dir)
         else:

@@ -21,6 +21,13 @@ from .errors import DataError
 
 # The paper's sources, by the keys of its file names.
 PAPER_SOURCES = ("human", "gpt4", "gpt35", "claude", "llama")
+# The paper's key of a model that wrote some of its summaries, by model name, for configs without `paper_key`.
+PAPER_KEY_BY_MODEL_NAME = {"gpt35": "gpt35", "gpt4": "gpt4", "llama2": "llama", "llama": "llama", "claude": "claude"}
+
+
+def paper_key_of(model_cfg) -> Optional[str]:
+    """The key of the paper's summaries a model wrote (its `paper_key`, else by its name), or None."""
+    return getattr(model_cfg, "paper_key", None) or PAPER_KEY_BY_MODEL_NAME.get(str(model_cfg.name))
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,11 @@ def _texts_by_id(raw, path: Path, what: str) -> Dict[str, Optional[str]]:
     return raw
 
 
+def read_summaries_file(path: Path, what: str) -> Dict[str, Optional[str]]:
+    """A JSON object {id: text} from a file (articles or summaries), every value checked."""
+    return _texts_by_id(_read_json(path, what), path, what)
+
+
 def _a(noun: str) -> str:
     return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
@@ -138,15 +150,14 @@ def load_paper(cfg: DictConfig) -> Dataset:
         raise DataError(f"dataset.root={cfg.root!r} is not a folder (resolved to {root.resolve()}).")
     ds = cfg.paper_name
     path = root / "articles" / f"{ds}_train_articles.json"
-    raw = _texts_by_id(_read_json(path, f"The {ds} article file"), path, f"The {ds} article file")
+    raw = read_summaries_file(path, f"The {ds} article file")
     if not raw:
         raise DataError(f"The {ds} article file holds no articles (an empty JSON object): {path}")
     imported = {}
     for key in PAPER_SOURCES:
         path = root / "summaries" / ds / f"{ds}_train_{key}_responses.json"
         if path.exists():
-            what = f"The {key} summaries file"
-            imported[key] = _texts_by_id(_read_json(path, what), path, what)
+            imported[key] = read_summaries_file(path, f"The {key} summaries file")
     human = imported.get("human", {})
     # A null article is a missing text: kept as empty, so the cell counts it (empty_article).
     articles = [Article(k, v or "", human.get(k)) for k, v in raw.items()]

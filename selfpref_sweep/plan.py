@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 
 from .articles import select_articles
+from .competence import competence_requests, control_summaries
 from .config import ModelConfig
 from .data import load_dataset, selection_warnings
 from .files import atomic_write_json
@@ -29,11 +30,18 @@ from .preflight import cell_preflight, finetune_cost, grid_preflight
 from .record import PLAN_FILE, STATUS_PLAN
 from .spec import CellSpec
 from .store import Store
-from .summaries import generate_summaries, source_summaries
+from .summaries import own_summaries, source_summaries
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget
 SUMMARY_TOKENS_GUESS = 45  # a one-sentence or highlights summary, when not generated yet
 PLACEHOLDER_SUMMARY = ("planned summary " * 200)[: int(SUMMARY_TOKENS_GUESS * CHARS_PER_TOKEN)].strip()
+
+
+def placeholder_summary(req) -> str:
+    """A summary not generated yet: typical length, and distinct per request, so that the judge prompts built
+    on two placeholders (both orders of a pair, the competence control's two articles) stay distinct calls."""
+    tag = f" {req.cache_key()[:8]}"
+    return PLACEHOLDER_SUMMARY[: len(PLACEHOLDER_SUMMARY) - len(tag)] + tag
 CHAT_TEMPLATE_TOKENS = 10
 
 
@@ -75,7 +83,7 @@ class PlanningModel:
         return out
 
     def generate(self, requests, desc: str = "") -> Dict:
-        return self._serve(requests, lambda r: Generation(text=PLACEHOLDER_SUMMARY),
+        return self._serve(requests, lambda r: Generation(text=placeholder_summary(r)),
                            SUMMARY_TOKENS_GUESS)
 
     def answer_distributions(self, requests, desc: str = "") -> Dict:
@@ -100,6 +108,11 @@ class PlanningModel:
 
 def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     """The cell's stages with stand-in models: the calls, tokens and cost its run would need."""
+    if spec.skip_reason:  # a grid point outside the design: its run would be skipped, at no cost
+        return _write_plan(run_dir, {
+            "status": STATUS_PLAN, "cell": spec.coordinates.to_json(), "skipped": spec.skip_reason,
+            "uncached_calls": 0, "prompt_tokens_est": 0, "completion_tokens_est": 0, "cost_usd_est": 0.0,
+            "finetune": None, "preflight": [], "warnings": []})
     store = Store(spec.store_path)
     try:
         ft_plan = finetune_plan(spec)  # None when finetune_task=none; never trains
@@ -113,14 +126,17 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         if tuned is not None:  # a different identity: none of its calls is cached before it exists
             models["judge"] = PlanningModel(tuned, store)
         judge = models.get("judge", models["evaluator"])
-        own = generate_summaries(models["evaluator"], spec.evaluator, spec.prompts, dataset.task, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+        own = own_summaries(models["evaluator"], spec.evaluator, dataset, spec.prompts, selection.usable,
+                            spec.summaries)
         other = source_summaries(spec.source, models.get("source"), dataset, spec.prompts, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries.standardize)
+                                 spec.summaries.max_new_tokens, spec.summaries)
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
         labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name, spec.seed)
         requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, labels)
-        answer_distributions(judge, requests)
+        shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
+        control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
+                                      spec.seed)
+        answer_distributions(judge, [*requests, *control.items])
     finally:
         store.close()
     judge_prompts = flatten(requests)
@@ -141,9 +157,15 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "completion_tokens_est": sum(m.completion_tokens for m in models.values()),
         "cost_usd_est": None if any(c is None for c in costs) else round(sum(costs), 4),
         "finetune": ft_plan,
+        # the competence control's judge requests (cached or not), included in uncached_calls above
+        "judge_competence": {"enabled": control.enabled, "requests": control.n_requests, "reason": control.reason},
         "preflight": [w.to_json() for w in preflight],
         "by_model": {role: m.summary() for role, m in models.items()},
     }
+    return _write_plan(run_dir, plan)
+
+
+def _write_plan(run_dir: Path, plan: Dict[str, Any]) -> Dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / PLAN_FILE, plan)
     print(format_plan_line(plan))
@@ -151,8 +173,8 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         print(f"        warning: {w}")
     for w in plan["preflight"]:
         print(f"        pre-flight ({w['kind']}): {w['message']}")
-    if ft_plan is not None:
-        print(f"        {format_plan(ft_plan)}")
+    if plan["finetune"] is not None:
+        print(f"        {format_plan(plan['finetune'])}")
     return plan
 
 
@@ -162,8 +184,11 @@ def _money(x: Optional[float]) -> str:
 
 def format_plan_line(plan: Dict[str, Any]) -> str:
     c = plan["cell"]
-    return (f"[plan] {c['evaluator']} vs {c['source']} on {c['dataset']} ({c['setting']}, label={c['label']}, "
-            f"finetune={c['finetune_task']}): {plan['uncached_calls']} calls not cached, "
+    head = (f"[plan] {c['evaluator']} vs {c['source']} on {c['dataset']} ({c['setting']}, label={c['label']}, "
+            f"finetune={c['finetune_task']}): ")
+    if plan.get("skipped"):
+        return f"{head}skipped: {plan['skipped']}"
+    return (f"{head}{plan['uncached_calls']} calls not cached, "
             f"~{plan['prompt_tokens_est']:,} prompt + ~{plan['completion_tokens_est']:,} completion tokens, "
             f"{_money(plan['cost_usd_est'])}")
 

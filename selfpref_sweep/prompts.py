@@ -6,8 +6,10 @@ names inside an article are never substituted a second time.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Mapping, Tuple
+from dataclasses import dataclass
+from typing import FrozenSet, List, Mapping, Set, Tuple
 
 from .errors import ConfigError
 from .models.base import Message
@@ -43,16 +45,79 @@ def pairwise_messages(prompts: Mapping, question: str, article: str, summary1: s
     return chat(prompts["pairwise"][question], article=article, summary1=summary1, summary2=summary2)
 
 
-def standardize(summary: str) -> str:
-    """The replication notebook's clean-up, line by line (CNN highlights are one per line):
+# What standardization can strip, as counted per source in summary.json["standardization"].
+PREAMBLE, BULLET, NUMBERING = "preamble", "bullet", "numbering"
+STRIP_RULES = (PREAMBLE, BULLET, NUMBERING)
+_BULLET = re.compile(r"^[-*\u2022\u25cf\u25aa\u25e6\u2023\u2043\u00b7\u2013\u2014]\s+")
+# "1. " / "1) " / "(1) ": the punctuation and the space are required, so "3 people died" is text.
+_NUMBERING = re.compile(r"^\(?\d{1,2}[.)]\s+")
+
+
+@dataclass(frozen=True)
+class Standardizer:
+    """The clean-up every source gets alike: optionally strip leading non-summary lines (preambles) and
+    bullets/numbering, then the replication notebook's rules line by line (CNN highlights are one per line):
     collapse whitespace, capitalize the first letter, end with punctuation."""
-    lines = []
-    for line in summary.splitlines():
-        line = re.sub(r"\s+", " ", line).strip()
-        if not line:
-            continue
-        line = line[0].upper() + line[1:]
-        if line[-1] not in _FINAL_PUNCTUATION:
-            line += "."
-        lines.append(line)
-    return "\n".join(lines)
+
+    preamble_patterns: Tuple[str, ...] = ()  # regexes; matched case-insensitively at a leading line's start
+    strip_bullets: bool = False
+
+    def clean(self, summary: str) -> Tuple[str, FrozenSet[str]]:
+        """The standardized text, and the strip rules that removed something from it."""
+        applied: Set[str] = set()
+        lines = [re.sub(r"\s+", " ", line).strip() for line in summary.splitlines()]
+        lines = self._without_preambles([line for line in lines if line], applied)
+        out = []
+        for line in lines:
+            if self.strip_bullets:
+                line = _strip(line, _BULLET, BULLET, applied)
+                line = _strip(line, _NUMBERING, NUMBERING, applied)
+            if not line:
+                continue
+            line = line[0].upper() + line[1:]
+            if line[-1] not in _FINAL_PUNCTUATION:
+                line += "."
+            out.append(line)
+        return "\n".join(out), frozenset(applied)
+
+    def _without_preambles(self, lines: List[str], applied: Set[str]) -> List[str]:
+        """Leading lines with their preambles cut off; a line that was only a preamble goes."""
+        patterns = _compiled(self.preamble_patterns)
+        while lines and patterns:
+            line = _strip_preambles(lines[0], patterns)
+            if line == lines[0]:
+                break
+            applied.add(PREAMBLE)
+            if line:
+                return [line] + lines[1:]
+            lines = lines[1:]
+        return lines
+
+
+def _strip_preambles(line: str, patterns: Tuple["re.Pattern", ...]) -> str:
+    """The line without the preambles at its start ("Sure! Here is a summary:" is two of them)."""
+    while True:
+        match = next((m for m in (p.match(line) for p in patterns) if m and m.end() > 0), None)
+        if match is None:
+            return line
+        line = line[match.end():].strip()
+
+
+def _strip(line: str, pattern: "re.Pattern", rule: str, applied: Set[str]) -> str:
+    match = pattern.match(line)
+    if not match:
+        return line
+    applied.add(rule)
+    return line[match.end():].strip()
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(patterns: Tuple[str, ...]) -> Tuple["re.Pattern", ...]:
+    # Markdown emphasis or a heading mark around a preamble ("**Summary:**", "## Highlights:") goes with it.
+    return tuple(re.compile(rf"[#*_\s]*(?:{p})[*_]*\s*", re.IGNORECASE) for p in patterns)
+
+
+def standardize(summary: str, standardizer: Standardizer = Standardizer()) -> str:
+    """The standardized text (see Standardizer); by default only the notebook's whitespace, capital and
+    punctuation rules."""
+    return standardizer.clean(summary)[0]

@@ -30,6 +30,7 @@ QUESTIONS = ("recognition", "preference")
 ITEM_ID = "article_id"
 ITEM_SOURCE = "source"
 SCORE = "score"
+LOGODDS = "logodds"  # the position-debiased log-odds score (scoring.pair_logodds / individual_logodds)
 EXCLUDED = "excluded"
 EXCLUSION_REASON = "exclusion_reason"
 

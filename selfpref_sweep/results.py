@@ -5,19 +5,22 @@ Field names are the record schema's (record.py), which the analysis reads back.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .articles import ArticleSelection
+from .competence import QUESTION as COMPETENCE, CompetenceControl, format_competence, summarize_competence
 from .pairs import PairSet
-from .record import EXCLUDED, EXCLUSION_REASON, STATUS_COMPLETE
+from .record import EXCLUDED, EXCLUSION_REASON, LOGODDS, STATUS_COMPLETE
 from .scoring import summarize_question, unjudged
 from .spec import CellSpec
-from .summaries import SummarySet
+from .summaries import SummarySet, own_origin
 
 
 def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet,
-                 verdicts: Sequence[Dict[str, dict]]) -> List[Dict[str, Any]]:
-    """Every selected article, judged or with the reason it could not be (never dropped)."""
+                 verdicts: Sequence[Dict[str, dict]], competence: Optional[Mapping[str, dict]] = None
+                 ) -> List[Dict[str, Any]]:
+    """Every selected article, judged or with the reason it could not be (never dropped); the competence
+    control's verdict where the article got the control."""
     judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
     c = spec.coordinates
     items = []
@@ -27,6 +30,8 @@ def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, o
                       "article": a.text,
                       "article_truncated": a.id in selection.truncated, "own_summary": own.texts.get(a.id),
                       "other_summary": other.texts.get(a.id), **item_verdicts})
+        if competence and a.id in competence:
+            items[-1][COMPETENCE] = competence[a.id]
     return items
 
 
@@ -40,9 +45,17 @@ def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) 
 
 
 def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection,
-                 warnings: Sequence[str] = ()) -> Dict[str, Any]:
-    """summary.json's statistics: per question the mean score with its article-level bootstrap CI."""
+                 warnings: Sequence[str] = (), control: Optional[CompetenceControl] = None,
+                 competence: Optional[Mapping[str, dict]] = None, summary_sets: Sequence[SummarySet] = ()
+                 ) -> Dict[str, Any]:
+    """summary.json's statistics: per question the mean score with its article-level bootstrap CI; the
+    judge-competence control; where the own summaries came from; what standardization stripped, per source."""
     boot = spec.bootstrap
+    extra: Dict[str, Any] = {"own_summaries": own_origin(spec.evaluator).to_json(),
+                             "standardization": {s.source: dict(s.stripped) for s in summary_sets}}
+    if control is not None:
+        extra["judge_competence"] = summarize_competence(control, competence or {}, spec.judge,
+                                                         int(boot.n_resamples), float(boot.confidence), spec.seed)
     per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
                     for q in spec.questions}
     excluded = [it for it in items if any(it[q][EXCLUDED] for q in spec.questions)]
@@ -57,6 +70,7 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
         **per_question,
         "position_consistency": {q: per_question[q]["position_consistency"] for q in spec.questions},
         "min_answer_mass": float(spec.judge.min_answer_mass),
+        **extra,
         "warnings": list(warnings),
         "elapsed_s": None,
     }
@@ -64,10 +78,12 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
 
 def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
     """An item as one flat row of the W&B item table."""
-    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"]}
+    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"],
+                           "competence_score": (item.get(COMPETENCE) or {}).get("score")}  # None: no control
     for q in questions:
         v = item[q]
         row[f"{q}_score"] = v["score"]
+        row[f"{q}_logodds"] = v.get(LOGODDS)
         row[f"{q}_excluded"] = v["exclusion_reason"]
         if "summaries" in v:  # individual setting: each summary's value and answer mass
             for name in ("own", "other"):
@@ -87,19 +103,49 @@ def _fmt(stats: Dict[str, Any]) -> str:
     if stats.get("mean") is None:
         return "n/a (no scored items)"
     ci = "" if stats.get("ci_low") is None else f"  95% CI [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
-    return f"{stats['mean']:.3f}{ci}  (n={stats['n']}, excluded {stats['n_excluded']})"
+    return f"{stats['mean']:.3f}{ci}"
+
+
+def _fmt_detectable(mde: Dict[str, Any], logodds_mde: Optional[Dict[str, Any]]) -> str:
+    """'with n=14 articles, effects smaller than ±0.04 could not be seen (...)'."""
+    k = mde["n_articles"]
+    articles = f"n={k} article{'' if k == 1 else 's'}"
+    if mde["value"] is None:
+        return f"with {articles}, no detectable effect can be given (it needs at least 2 articles)"
+    on_logodds = "" if not logodds_mde or logodds_mde.get("value") is None else \
+        f" (log-odds ±{logodds_mde['value']:.3f})"
+    return (f"with {articles}, effects smaller than ±{mde['value']:.3f}{on_logodds} could not be seen "
+            f"({mde['power']:.0%} power, α={mde['alpha']:g})")
 
 
 def format_result(summary: Dict[str, Any], where: str) -> str:
-    """The cell's result as printed at its end."""
+    """The cell's result as printed at its end: per question the paper's score and the log-odds score with
+    their CIs, and the smallest effect the cell could have detected."""
     c = summary["cell"]
     lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
     for q in ("recognition", "preference"):
-        if q in summary:
-            pc = summary["position_consistency"].get(q)
-            lines.append(f"  self-{q:<12} {_fmt(summary[q])}"
-                         + ("" if pc is None else f"  position-consistent {pc:.0%}"))
-    lines.append("  (0.5 = no bias; > 0.5 = the evaluator recognizes / favours its own summary)")
+        if q not in summary:
+            continue
+        stats, pc = summary[q], summary["position_consistency"].get(q)
+        lines.append(f"  self-{q:<12} score    {_fmt(stats)}"
+                     + ("" if stats.get("mean") is None else f"  (n={stats['n']}, excluded {stats['n_excluded']})")
+                     + ("" if pc is None else f"  position-consistent {pc:.0%}"))
+        if "logodds" in stats:
+            lines.append(f"  {'':<17} log-odds {_fmt(stats['logodds'])}")
+        if "mde" in stats:
+            lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
+    lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
+    lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
+    competence = format_competence(summary.get("judge_competence"))
+    if competence:
+        lines.append(competence)
+    origin = summary.get("own_summaries") or {}
+    if origin.get("kind") not in (None, "generated"):
+        lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")
+    stripped = {src: {r: n for r, n in rules.items() if n}
+                for src, rules in (summary.get("standardization") or {}).items() if any(rules.values())}
+    if stripped:
+        lines.append(f"  standardization stripped (summaries per rule): {stripped}")
     for w in summary.get("warnings") or []:
         lines.append(f"  warning: {w}")
     if summary["n_excluded"]:

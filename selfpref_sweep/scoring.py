@@ -6,12 +6,17 @@ own summary, renormalized over the two answers; the item's score is the mean ove
 (The authors' code read unnormalized top-2 probabilities and silently dropped rows whose top token
 was not an answer; here the mass that fell on the answer tokens is kept, and items with too little
 of it are excluded *and counted*.)
+
+Next to the paper's score, every item has a `logodds` score, the same comparison on the logit scale
+(see pair_logodds), and each question's summary has the smallest effect its articles could detect
+(see detectable_effect).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -23,6 +28,13 @@ from .models.base import AnswerDistribution, AnswerRequest
 # Why an item has no score; every reason is counted in summary.json.
 NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers
 LOW_ANSWER_MASS = "low_answer_mass"  # below judge.min_answer_mass in at least one order
+
+# The log-odds score clips probabilities to [LOGODDS_CLIP, 1 - LOGODDS_CLIP] (individual values from below),
+# so an answer given with certainty scores a large finite value (|logit| <= 13.8), not an infinity.
+LOGODDS_CLIP = 1e-6
+# The smallest detectable effect: a two-sided test at level MDE_ALPHA that detects it with probability MDE_POWER.
+MDE_ALPHA = 0.05
+MDE_POWER = 0.8
 
 
 @dataclass
@@ -56,8 +68,27 @@ def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[s
     return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason)
 
 
+def logit(p: float) -> float:
+    """log(p / (1 - p)), p clipped to [LOGODDS_CLIP, 1 - LOGODDS_CLIP]."""
+    p = min(max(p, LOGODDS_CLIP), 1.0 - LOGODDS_CLIP)
+    return math.log(p / (1.0 - p))
+
+
+def pair_logodds(p_own_forward: float, p_own_backward: float) -> float:
+    """The position-debiased score of a pair: 1/2 [logit p_own(forward) + logit p_own(backward)], each p
+    clipped to [LOGODDS_CLIP, 1 - LOGODDS_CLIP]; 0 = no bias, > 0 = own preferred.
+
+    Why: say the judge's log-odds of answering "1" are its content preference for the summary shown first
+    (d for own first, -d for own second) plus a position bias b. Then logit p_own is d + b forward and d - b
+    backward, and their mean is exactly d, whatever b is. The paper's score averages probabilities,
+    1/2 [sigmoid(d + b) + sigmoid(d - b)]: still 0.5 when d = 0, but squashed toward 0.5 as |b| grows
+    (b = 3, d = 1: 0.55 rather than sigmoid(1) = 0.73), so a position-biased judge hides a real signal."""
+    return 0.5 * (logit(p_own_forward) + logit(p_own_backward))
+
+
 def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> dict:
-    """forward = (own, other), backward = (other, own)."""
+    """forward = (own, other), backward = (other, own). `score` is the paper's (mean P(own)), `logodds` the
+    position-debiased one (pair_logodds); both None when the item is excluded."""
     reason = None
     if forward.p_own is None or backward.p_own is None:
         missing = forward if forward.p_own is None else backward
@@ -68,11 +99,18 @@ def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> di
     consistent = (forward.chosen in ("own", "other") and forward.chosen == backward.chosen) if not reason else None
     return {
         "score": score,
+        "logodds": None if reason else pair_logodds(forward.p_own, backward.p_own),
         "excluded": reason is not None,
         "exclusion_reason": reason,
         "consistent": consistent,
         "orders": {"forward": forward.to_json(), "backward": backward.to_json()},
     }
+
+
+def _article_sums(values: np.ndarray, groups: Sequence[str]):
+    """Per article (group): the sum of its items' values and their count."""
+    _, index = np.unique(np.asarray(groups), return_inverse=True)
+    return np.bincount(index, weights=values), np.bincount(index).astype(float)
 
 
 def bootstrap_mean(values: Sequence[float], groups: Sequence[str], n_resamples: int, confidence: float,
@@ -83,13 +121,11 @@ def bootstrap_mean(values: Sequence[float], groups: Sequence[str], n_resamples: 
     if vals.size == 0:
         return {"mean": None, "ci_low": None, "ci_high": None}
     mean = float(vals.mean())
-    labels, index = np.unique(np.asarray(groups), return_inverse=True)
-    if len(labels) < 2:  # one article: no spread to resample
+    sums, counts = _article_sums(vals, groups)
+    if len(sums) < 2:  # one article: no spread to resample
         return {"mean": mean, "ci_low": None, "ci_high": None}
     # scipy.stats.bootstrap fits the clustered design: resample whole articles, each carrying its (sum,
     # count) pair (paired=True), and the statistic is the item mean of the drawn articles (a ratio of sums).
-    sums = np.bincount(index, weights=vals)
-    counts = np.bincount(index).astype(float)
     result = scipy_stats.bootstrap(
         (sums, counts), lambda s, c, axis=-1: s.sum(axis=axis) / c.sum(axis=axis), paired=True, vectorized=True,
         n_resamples=n_resamples, confidence_level=confidence, method="percentile",
@@ -98,13 +134,42 @@ def bootstrap_mean(values: Sequence[float], groups: Sequence[str], n_resamples: 
     return {"mean": mean, "ci_low": float(low), "ci_high": float(high)}
 
 
+def detectable_effect(values: Sequence[float], groups: Sequence[str], scale: str, alpha: float = MDE_ALPHA,
+                      power: float = MDE_POWER) -> Dict[str, Any]:
+    """The smallest detectable effect (MDE): the distance from no bias (|mean - 0.5| on the paper's score,
+    |mean| on the log-odds) that a two-sided one-sample t-test at level `alpha` would detect with
+    probability `power`, given how much the scores vary.
+
+    Articles are the independent units (as in the bootstrap): with k articles whose mean scores (the
+    cluster means) have standard deviation s,
+
+        MDE = (t_{1 - alpha/2, k-1} + t_{power, k-1}) * s / sqrt(k),
+
+    the usual shift approximation of the noncentral t (near exact from about 5 articles, a little
+    optimistic below). value and sd are None with fewer than 2 articles."""
+    vals = np.asarray(values, dtype=float)
+    sums, counts = _article_sums(vals, groups)
+    k = len(sums)
+    out: Dict[str, Any] = {"value": None, "n_articles": k, "sd": None, "alpha": alpha, "power": power,
+                           "scale": scale}
+    if k < 2:
+        return out
+    sd = float(np.std(sums / counts, ddof=1))
+    t = scipy_stats.t
+    out.update(value=float((t.ppf(1 - alpha / 2, k - 1) + t.ppf(power, k - 1)) * sd / math.sqrt(k)), sd=sd)
+    return out
+
+
 def summarize_question(items: Iterable[dict], question: str, n_resamples: int, confidence: float,
                        seed: int) -> Dict:
-    """Mean score of one question over a cell's items, with its CI and exclusions."""
+    """Mean score of one question over a cell's items, with its CI, exclusions and smallest detectable
+    effect; the same on the log-odds scale under `logodds`."""
     items = list(items)
     scored = [it for it in items if not it[question]["excluded"]]
-    stats = bootstrap_mean([it[question]["score"] for it in scored], [it["article_id"] for it in scored],
-                           n_resamples, confidence, seed)
+    scores = [it[question]["score"] for it in scored]
+    logodds = [it[question]["logodds"] for it in scored]
+    articles = [it["article_id"] for it in scored]
+    stats = bootstrap_mean(scores, articles, n_resamples, confidence, seed)
     reasons: Dict[str, int] = {}
     for it in items:
         if it[question]["excluded"]:
@@ -117,8 +182,10 @@ def summarize_question(items: Iterable[dict], question: str, n_resamples: int, c
         "n_excluded": len(items) - len(scored),
         "exclusions": reasons,
         "position_consistency": (sum(consistent) / len(consistent)) if consistent else None,
+        "logodds": {**bootstrap_mean(logodds, articles, n_resamples, confidence, seed),
+                    "mde": detectable_effect(logodds, articles, scale="logodds")},
+        "mde": detectable_effect(scores, articles, scale="score"),
     }
-
 
 
 # ------------------------------------------------------------------------- individual setting
@@ -140,8 +207,17 @@ def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[
             "missing_reason": dist.missing_reason}
 
 
+def individual_logodds(own_value: float, other_value: float) -> float:
+    """log(own / other) of the two summaries' values: the paper's own / (own + other) is its sigmoid, so this
+    is the same score on the logit scale (0 = no bias). A value of 0 (P(Yes) = 0) is raised to LOGODDS_CLIP,
+    as pairwise probabilities are, so the log-odds exists wherever the paper's score does; the expected
+    1-5 score is never below 1."""
+    return math.log(max(own_value, LOGODDS_CLIP) / max(other_value, LOGODDS_CLIP))
+
+
 def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
-    """The paper's per-article normalization: own / (own + other); 0.5 = no bias."""
+    """The paper's per-article normalization: own / (own + other); 0.5 = no bias. `logodds`:
+    individual_logodds."""
     reason = None
     if own["value"] is None or other["value"] is None:
         missing = own if own["value"] is None else other
@@ -151,7 +227,8 @@ def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
     elif own["value"] + other["value"] <= 0:
         reason = ZERO_DENOMINATOR
     score = None if reason else own["value"] / (own["value"] + other["value"])
-    return {"score": score, "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
+    return {"score": score, "logodds": None if reason else individual_logodds(own["value"], other["value"]),
+            "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
             "summaries": {"own": own, "other": other}}
 
 
@@ -177,4 +254,4 @@ def score_items(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, Ans
 
 def unjudged(reason: str) -> dict:
     """The verdict of an item that could not be judged (counted under `reason`)."""
-    return {"score": None, "excluded": True, "exclusion_reason": reason, "consistent": None}
+    return {"score": None, "logodds": None, "excluded": True, "exclusion_reason": reason, "consistent": None}

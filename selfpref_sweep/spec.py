@@ -20,8 +20,10 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                      FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
                      SummariesConfig, WandbConfig)
+from .data import paper_key_of
 from .errors import ConfigError
 from .record import CellCoordinates, Transfer, transfer_of
+from .summaries import OWN_DATASET, OWN_GENERATED, own_origin
 
 # Tasks that ask the recognition question when training; the others ask their own control question.
 RECOGNITION_PROMPT_TASKS = (FinetuneTaskName.recognition, FinetuneTaskName.always_1, FinetuneTaskName.random)
@@ -71,6 +73,7 @@ class CellSpec:
     show_progress: bool
     plan: bool
     config: Mapping[str, Any]  # the whole resolved config, plain data (logged to W&B after redaction)
+    same_model_reason: Optional[str] = None  # in a sweep: why the source is the evaluator's own (then skipped)
 
     @property
     def source_model(self) -> Optional[ModelConfig]:
@@ -94,13 +97,19 @@ class CellSpec:
         if self.label != LabelName.none and self.setting != SettingName.pairwise:
             return (f"label={self.label.value} tags the two summaries of the pairwise preference prompt; "
                     f"it does not apply to setting={self.setting.value}")
-        return None
+        return self.same_model_reason
 
 
 # ------------------------------------------------------------------------------------ resolution
-def resolve_cell(cfg: DictConfig) -> CellSpec:
-    """The typed cell spec of a composed config. Unset required values become a ConfigError that names them."""
+def resolve_cell(cfg: DictConfig, sweeping: bool = False) -> CellSpec:
+    """The typed cell spec of a composed config. Unset required values become a ConfigError that names them.
+    A source that is the evaluator's own model is refused (ConfigError); inside a sweep, which crosses
+    evaluators with sources, that grid point is skipped instead, with the same reason."""
     typed = _typed(cfg)
+    own_other = own_is_other(typed.evaluator, typed.source)
+    if own_other and not sweeping:
+        raise ConfigError(own_other)
+    _own_summaries_need_no_finetune(typed.evaluator, typed.finetune_task.name)
     finetune = _finetune_spec(typed)
     dataset = _evaluation_dataset(typed.dataset, finetune)
     finetune_dataset = None if finetune is None else finetune.dataset.name
@@ -119,7 +128,54 @@ def resolve_cell(cfg: DictConfig) -> CellSpec:
         summaries=typed.summaries, judge=typed.judge, articles=typed.articles, bootstrap=typed.bootstrap,
         store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache), wandb=typed.wandb,
         seed=int(typed.seed), show_progress=bool(typed.show_progress), plan=bool(typed.plan),
-        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+        config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), same_model_reason=own_other)
+
+
+def own_is_other(evaluator: ModelConfig, source: SourceConfig) -> Optional[str]:
+    """Why a cell's "other" summaries are the evaluator's own, if they are: the source is the evaluator's model
+    (the paper's summaries it wrote, or the same API model, Hugging Face id or weights), or the very summaries
+    `evaluator.own_summaries` takes. None for a valid pairing."""
+    origin, own_key = own_origin(evaluator), paper_key_of(evaluator)
+    other_key = {SourceKind.reference: "human", SourceKind.imported: source.key}.get(source.kind)
+    if origin.kind == OWN_DATASET and origin.key == other_key:
+        return (f"evaluator.own_summaries={origin.name} and source={source.name} are the same summaries; "
+                f"pick another source.")
+    if origin.kind == OWN_DATASET and own_key and origin.key != own_key:
+        return (f"evaluator.own_summaries={origin.name} are not {evaluator.name}'s: its published summaries "
+                f"are paper_{own_key} (a path to a JSON file takes any summaries).")
+    if own_key and other_key == own_key:
+        return (f"source={source.name} holds {evaluator.name}'s own published summaries, so evaluator="
+                f"{evaluator.name} would judge its own text against its own text. Pick another source (e.g. "
+                f"source=human); to judge the paper's exact inputs, set "
+                f"evaluator.own_summaries=paper_{own_key} with another source.")
+    if source.kind == SourceKind.model and source.model is not None:
+        same = same_model_field(evaluator, source.model)
+        if same:
+            return (f"source={source.name} is the evaluator's own model ({same}); pick another source "
+                    f"(e.g. source=human).")
+    return None
+
+
+def _own_summaries_need_no_finetune(evaluator: ModelConfig, finetune_task: FinetuneTaskName) -> None:
+    origin = own_origin(evaluator)
+    if origin.kind != OWN_GENERATED and finetune_task != FinetuneTaskName.none:
+        raise ConfigError(f"evaluator.own_summaries={origin.name} with finetune_task={finetune_task.value} is not "
+                          f"supported: the fine-tuning examples use the evaluator's generated summaries. Drop one "
+                          f"of them.")
+
+
+def same_model_field(a: ModelConfig, b: ModelConfig) -> Optional[str]:
+    """What makes two model configs the same model, if anything: the same API model on the same server, the
+    same Hugging Face id or the same packaged weights (under whatever names)."""
+    if a.backend != b.backend:
+        return None
+    if a.model and a.model == b.model and a.base_url == b.base_url:
+        return f"model={a.model}"
+    if a.hf_id and a.hf_id == b.hf_id and a.revision == b.revision:
+        return f"hf_id={a.hf_id}"
+    if a.weights and b.weights and not a.hf_id and not b.hf_id and a.weights == b.weights:
+        return f"weights {', '.join(a.weights.modules) or a.weights.file}"
+    return None
 
 
 def _typed(cfg: DictConfig) -> Config:

@@ -71,13 +71,17 @@ def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             _flatten(f"{prefix}/{k}" if prefix else str(k), v, out)
-    elif isinstance(obj, (int, float)) and not isinstance(obj, bool) or obj is None:
+    elif isinstance(obj, bool):  # a verdict such as judge_competence/passed: 1 or 0, so panels can average it
+        out[prefix] = int(obj)
+    elif isinstance(obj, (int, float)) or obj is None:
         out[prefix] = obj
     return out
 
 
 def summary_metrics(summary: Dict[str, Any]) -> Dict[str, Any]:
-    """The numbers of a cell's summary.json as W&B metric names ("recognition/mean", "tokens/prompt", ...)."""
+    """The numbers (and yes/no verdicts, as 1/0) of a cell's summary.json as W&B metric names ("recognition/mean",
+    "recognition/logodds/mean", "recognition/mde/value", "judge_competence/passed", "standardization/<source>/preamble",
+    ...): nested blocks flatten, so new fields need no code."""
     return _flatten("", {k: v for k, v in summary.items() if k not in ("cell", "config")}, {})
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -107,6 +108,8 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ArticlesConfig, "chars_per_token"): POSITIVE,
     (ArticlesConfig, "max_tokens"): COUNT,
     (JudgeConfig, "min_answer_mass"): PROBABILITY,
+    (JudgeConfig, "competence_sample"): NON_NEGATIVE_INT,
+    (JudgeConfig, "competence_threshold"): PROBABILITY,
     (BootstrapConfig, "n_resamples"): COUNT,
     (BootstrapConfig, "confidence"): OPEN_UNIT,
 }
@@ -227,6 +230,24 @@ def _cross_checks(cfg: DictConfig) -> List[str]:
         if ok and task not in tasks:
             problems.append(f"{group}.task={task!r} has no summarization prompt: valid tasks are "
                             f"{', '.join(tasks)}.")
+    ok, competence = _value(cfg.judge, "competence") if "judge" in cfg else (False, None)
+    if ok and str(enum_value(competence)) != "off" and "competence" not in (prompts.get("pairwise") or {}):
+        problems.append(f"judge.competence={enum_value(competence)} needs the prompt prompts.pairwise.competence, "
+                        f"which prompts={prompts.get('name')} does not have: add it, or set judge.competence=off.")
+    problems += _bad_patterns(cfg)
+    return problems
+
+
+def _bad_patterns(cfg: DictConfig) -> List[str]:
+    """summaries.preamble_patterns that are not regular expressions."""
+    ok, patterns = _value(cfg.summaries, "preamble_patterns") if "summaries" in cfg else (False, None)
+    problems = []
+    for i, pattern in enumerate((patterns if ok else None) or []):
+        try:
+            re.compile(str(pattern))
+        except re.error as exc:
+            problems.append(f"summaries.preamble_patterns[{i}]={str(pattern)!r} is not a regular expression "
+                            f"({exc}).")
     return problems
 
 

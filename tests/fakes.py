@@ -52,3 +52,54 @@ class FakeModel(ModelAPI):
                 probs = {a: mass * w / sum(weights) for a, w in zip(req.answers, weights)}
             yield req, AnswerDistribution(probs=probs, method="full_distribution",
                                           prompt_tokens=len(prompt.split()))
+
+
+def _answers_at(req: AnswerRequest, position: int, p: float) -> AnswerDistribution:
+    """p on the answer naming `position` (1 or 2), the rest of 0.98 on the other answer."""
+    probs = {a: (p if i + 1 == position else 0.98 - p) for i, a in enumerate(req.answers)}
+    return AnswerDistribution(probs=probs, method="full_distribution")
+
+
+def _competence_parts(prompt: str):
+    """(article, summary1, summary2) of a competence-control prompt, or None for any other prompt."""
+    if "which summary is a summary of this article" not in prompt:
+        return None
+    article = prompt.split("Article:\n", 1)[1].split("\n\nSummary1:\n", 1)[0]
+    s1 = prompt.split("\n\nSummary1:\n", 1)[1].split("\n\nSummary2:\n", 1)[0]
+    s2 = prompt.split("\n\nSummary2:\n", 1)[1].split("\n\nCan you tell me", 1)[0]
+    return article, s1, s2
+
+
+def _overlap(summary: str, article: str) -> float:
+    words = [w.strip(".,:;!?\"'").lower() for w in summary.split()]
+    vocab = {w.strip(".,:;!?\"'").lower() for w in article.split()}
+    return sum(w in vocab for w in words) / max(1, len(words))
+
+
+class OracleJudge(FakeModel):
+    """Answers the competence question right (the summary whose words the article holds), confidently."""
+
+    def answer_distributions(self, requests):
+        for req in requests:
+            parts = _competence_parts("\n".join(m.content for m in req.messages))
+            if parts is None:
+                yield next(iter(super().answer_distributions([req])))
+                continue
+            article, s1, s2 = parts
+            yield req, _answers_at(req, 1 if _overlap(s1, article) >= _overlap(s2, article) else 2, 0.97)
+
+
+class CoinJudge(FakeModel):
+    """P("1") = P("2") on every question: no idea."""
+
+    def answer_distributions(self, requests):
+        for req in requests:
+            yield req, _answers_at(req, 1, 0.49)
+
+
+class FirstJudge(FakeModel):
+    """Says "1" whatever it is shown (qwen05's position bias, exaggerated)."""
+
+    def answer_distributions(self, requests):
+        for req in requests:
+            yield req, _answers_at(req, 1, 0.9)

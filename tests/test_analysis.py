@@ -24,8 +24,17 @@ from selfpref_sweep.analysis import callback as callback_mod
 from selfpref_sweep.analysis import pipeline
 from selfpref_sweep.analysis.callback import AnalysisCallback
 from selfpref_sweep.analysis.cli import main as cli_main
-from selfpref_sweep.analysis.fit import fit_cell_level, fit_interaction, fit_item_level, fit_ols
+from selfpref_sweep.analysis.fit import (
+    LEVEL_ITEM,
+    LEVEL_SOURCE,
+    OLS_BY_VARIANT,
+    fit_interactions,
+    fit_ols,
+    fit_paper_units,
+    fit_robustness,
+)
 from selfpref_sweep.analysis.load import load_sweeps
+from selfpref_sweep.analysis.units import paper_units, source_points
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.analysis.tables import to_markdown
 
@@ -146,46 +155,31 @@ def small_sweep(root: Path) -> Path:
 # --- fits ----------------------------------------------------------------------------------------
 
 
-def test_planted_slope_is_recovered_within_the_ci(tmp_path: Path) -> None:
-    sweep = planted_sweep(tmp_path, slope=0.6)
+def _fits(sweep: Path) -> tuple[Any, Any, list, list]:
     data = load_sweeps([sweep])
-    assert len(data.cells) == 40 and data.problems == []
-    pooled = next(f for f in fit_cell_level(data.cells) if f.group_by == "pooled")
-    assert pooled.ok and pooled.n == 40
-    assert pooled.slope_ci_low < 0.6 < pooled.slope_ci_high
-    assert pooled.slope_ci_low > 0  # and the effect is detected
-    assert pooled.intercept_ci_low < 0.2 < pooled.intercept_ci_high
-    assert pooled.r > 0.9 and pooled.r_ci_low < pooled.r < pooled.r_ci_high
-    assert pooled.r2 == pytest.approx(pooled.r**2)
+    units, points = paper_units(data.items, data.cells, n_resamples=200), source_points(data.items)
+    return units, points, fit_paper_units(units), fit_robustness(points, data.items)
 
 
 def test_null_effect_gives_a_slope_ci_containing_zero(tmp_path: Path) -> None:
-    sweep = planted_sweep(tmp_path, slope=0.0, noise=0.05, seed=3, intercept=0.55)
-    fits = fit_cell_level(load_sweeps([sweep]).cells)
-    pooled = next(f for f in fits if f.group_by == "pooled")
-    assert pooled.ok and pooled.slope_ci_low < 0 < pooled.slope_ci_high
-    assert pooled.r_ci_low < 0 < pooled.r_ci_high
+    rng = np.random.default_rng(3)
+    sweep = tmp_path / "s"
+    for j in range(12):  # 12 evaluators, one source each: 12 paper units, preference unrelated to recognition
+        rec = float(rng.uniform(0.3, 0.9))
+        write_cell(sweep, j, evaluator=f"e{j}", rec=rec, pref=float(0.55 + rng.normal(0, 0.05)))
+    _, _, unit_fits, _ = _fits(sweep)
+    headline = next(f for f in unit_fits if f.scale == "paper")
+    assert headline.ok and headline.n == 12 and headline.slope_ci_low < 0 < headline.slope_ci_high
+    assert headline.r_ci_low < 0 < headline.r_ci_high
 
 
-def test_fits_per_dataset_setting_transfer_and_pooled(tmp_path: Path) -> None:
-    fits = fit_cell_level(load_sweeps([planted_sweep(tmp_path, slope=0.6)]).cells)
-    groups = {(f.group_by, f.group) for f in fits}
-    assert {("pooled", "all"), ("dataset", "paper_xsum"), ("dataset", "paper_cnn"), ("setting", "pairwise"),
-            ("transfer", "none"), ("transfer", "in_domain"), ("transfer", "cross_dataset")} <= groups
-    by = {(f.group_by, f.group): f for f in fits}
-    assert by[("dataset", "paper_xsum")].n + by[("dataset", "paper_cnn")].n == 40
-    for f in fits:
-        if f.ok:
-            assert f.slope_ci_low < 0.6 < f.slope_ci_high, (f.group_by, f.group)
-
-
-def test_too_few_cells_and_zero_variance_are_reported_not_fitted() -> None:
+def test_too_few_points_and_zero_variance_are_reported_not_fitted() -> None:
     two = fit_ols([0.5, 0.6], [0.5, 0.7])
-    assert not two.ok and two.note == "not enough cells (n=2)" and math.isnan(two.slope)
+    assert not two.ok and two.note == "not enough paper units (n=2)" and math.isnan(two.slope)
     flat = fit_ols([0.6, 0.6, 0.6, 0.6], [0.5, 0.6, 0.7, 0.4])
-    assert not flat.ok and flat.note.startswith("not enough cells (n=4") and "zero variance" in flat.note
+    assert not flat.ok and flat.note.startswith("not enough paper units (n=4") and "zero variance" in flat.note
     with_nan = fit_ols([0.5, float("nan"), 0.7], [0.5, 0.6, float("nan")])
-    assert not with_nan.ok and with_nan.note == "not enough cells (n=1)"
+    assert not with_nan.ok and with_nan.note == "not enough paper units (n=1)"
     exact = fit_ols([0.4, 0.5, 0.6], [0.5, 0.5, 0.5])  # n=3 with flat preference: fitted, r undefined
     assert exact.ok and exact.slope == pytest.approx(0.0, abs=1e-12) and "r undefined" in exact.note
 
@@ -206,40 +200,77 @@ def test_item_level_fit_clusters_by_dataset_and_article(tmp_path: Path) -> None:
             items.append(("excluded", None, 0.5))  # excluded items never enter the fit
             write_cell(sweep, job, dataset=ds, source=src, items=items)
             job += 1
-    fits = fit_item_level(load_sweeps([sweep]).items)
-    pooled = next(f for f in fits if f.group_by == "pooled")
-    assert pooled.ok and pooled.level == "item"
-    assert pooled.n == 2 * 4 * 30
+    _, _, _, robust = _fits(sweep)
+    item_fits = {f.group: f for f in robust if f.level == LEVEL_ITEM}
+    pooled = item_fits["pairwise / none"]
+    assert pooled.ok and pooled.n == 2 * 4 * 30
     assert pooled.n_clusters == 2 * 30  # article "0" of x and "0" of c are different clusters
     assert pooled.slope_ci_low < 0.5 < pooled.slope_ci_high
     assert math.isnan(pooled.r_ci_low)  # no naive r interval for clustered items
-    assert {f.group for f in fits if f.group_by == "dataset"} == {"x", "c"}
+    assert {"pairwise / none / x", "pairwise / none / c"} <= set(item_fits)
 
 
 def test_single_article_item_fit_is_not_enough(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     write_cell(sweep, 0, items=[("a", 0.2, 0.3), ("a", 0.5, 0.6), ("a", 0.8, 0.7)])
-    fit = next(f for f in fit_item_level(load_sweeps([sweep]).items) if f.group_by == "pooled")
-    assert not fit.ok and "not enough items (n=3" in fit.note and "cluster" in fit.note
+    _, _, _, robust = _fits(sweep)
+    fit = next(f for f in robust if f.level == LEVEL_ITEM)
+    assert not fit.ok and "not enough items (n=3" in fit.note and "article cluster" in fit.note
+
+
+def test_source_level_fits_cluster_by_evaluator_variant(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    sweep = tmp_path / "s"
+    job = 0
+    for v in range(6):  # 6 variants × 3 sources; each variant has its own preference offset
+        offset = rng.normal(0, 0.03)
+        for src in ("a", "b", "c"):
+            rec = float(rng.uniform(0.4, 0.9))
+            write_cell(sweep, job, evaluator=f"e{v}", source=src, rec=rec,
+                       pref=float(0.2 + 0.5 * rec + offset + rng.normal(0, 0.01)))
+            job += 1
+    _, points, _, robust = _fits(sweep)
+    assert len(points) == 18
+    source_fits = [f for f in robust if f.level == LEVEL_SOURCE and f.scale == "paper"]
+    clustered = next(f for f in source_fits if f.method == OLS_BY_VARIANT)
+    mixed = next(f for f in source_fits if f.method.startswith("MixedLM"))
+    for f in (clustered, mixed):
+        assert f.ok and f.n == 18 and f.n_clusters == 6 and f.slope_ci_low < 0.5 < f.slope_ci_high, f
+
+
+def test_source_level_fits_need_enough_variants(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    for j, (rec, pref) in enumerate([(0.5, 0.5), (0.6, 0.55), (0.7, 0.6), (0.8, 0.62)]):
+        write_cell(sweep, j, evaluator=f"e{j % 2}", source=f"s{j}", rec=rec, pref=pref)
+    _, _, _, robust = _fits(sweep)
+    by_method = {f.method: f for f in robust if f.level == LEVEL_SOURCE}
+    assert not by_method[OLS_BY_VARIANT].ok and "2 evaluator variant cluster(s)" in by_method[OLS_BY_VARIANT].note
+    mixed = next(f for m, f in by_method.items() if m.startswith("MixedLM"))
+    assert not mixed.ok and "needs at least 3" in mixed.note
 
 
 def _ft_cells(root: Path, slope_rec: float, slope_ctl: float, seed: int = 0) -> Path:
+    """Fine-tuned variants (distinct N), one source each, so each cell is its own paper unit."""
     rng = np.random.default_rng(seed)
     sweep = root / "ft"
     job = 0
     for task, slope in (("recognition", slope_rec), ("length", slope_ctl), ("vowel", slope_ctl)):
-        for _ in range(12 if task == "recognition" else 6):
+        for k in range(12 if task == "recognition" else 6):
             rec = float(rng.uniform(0.3, 0.9))
-            write_cell(sweep, job, finetune_task=task, finetune_dataset="paper_xsum", finetune_n_articles=10,
+            write_cell(sweep, job, finetune_task=task, finetune_dataset="paper_xsum", finetune_n_articles=k + 1,
                        rec=rec, pref=float(0.3 + slope * rec + rng.normal(0, 0.02)))
             job += 1
     write_cell(sweep, job, rec=0.95, pref=0.05)  # a base-model cell: must not enter the interaction fit
     return sweep
 
 
+def _interaction(sweep: Path, level: str = "paper unit") -> Any:
+    units, points, _, _ = _fits(sweep)
+    return next(r for r in fit_interactions(units, points) if r.level == level and r.scale == "paper")
+
+
 def test_interaction_detects_a_slope_difference(tmp_path: Path) -> None:
-    cells = load_sweeps([_ft_cells(tmp_path, slope_rec=0.8, slope_ctl=0.1)]).cells
-    res = fit_interaction(cells)
+    res = _interaction(_ft_cells(tmp_path, slope_rec=0.8, slope_ctl=0.1))
     assert res.ok and (res.n, res.n_recognition, res.n_control) == (24, 12, 12)
     assert res.ci_low < 0.7 < res.ci_high and res.p < 0.001
     assert res.slope_control_ci_low < 0.1 < res.slope_control_ci_high
@@ -247,16 +278,18 @@ def test_interaction_detects_a_slope_difference(tmp_path: Path) -> None:
 
 
 def test_interaction_null_when_slopes_are_equal(tmp_path: Path) -> None:
-    res = fit_interaction(load_sweeps([_ft_cells(tmp_path, slope_rec=0.5, slope_ctl=0.5, seed=2)]).cells)
+    res = _interaction(_ft_cells(tmp_path, slope_rec=0.5, slope_ctl=0.5, seed=2))
     assert res.ok and res.ci_low < 0 < res.ci_high
 
 
 def test_interaction_without_controls_is_not_enough(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     for j in range(4):
-        write_cell(sweep, j, finetune_task="recognition", finetune_dataset="paper_xsum", rec=0.5 + j / 10, pref=0.5)
-    res = fit_interaction(load_sweeps([sweep]).cells)
-    assert not res.ok and res.note.startswith("not enough cells (n=4") and "control fine-tunes need at least 2 cells" in res.note
+        write_cell(sweep, j, finetune_task="recognition", finetune_dataset="paper_xsum", finetune_n_articles=j + 1,
+                   rec=0.5 + j / 10, pref=0.5)
+    res = _interaction(sweep)
+    assert not res.ok and res.note.startswith("not enough paper units (n=4")
+    assert "control fine-tunes need at least 2 paper units" in res.note
 
 
 # --- loading: failed and incomplete cells --------------------------------------------------------
@@ -289,8 +322,11 @@ def test_failed_incomplete_and_partial_cells_are_listed(tmp_path: Path) -> None:
     warnings6 = [p.reason for p in data.problems if p.cell == "sweep/6"]
     assert any("recognition mean is null" in w for w in warnings6)
     assert any("1 malformed line" in w for w in warnings6)
-    # A null mean is kept in the tables but left out of the fit.
-    assert next(f for f in fit_cell_level(data.cells) if f.group_by == "pooled").n == 3
+    # Points come from the items: cell 5 has none, cell 6's items are all excluded (and counted).
+    points = source_points(data.items).set_index("cell_id")
+    assert sorted(points.index) == ["sweep/0", "sweep/10", "sweep/6"]
+    assert points.loc["sweep/6", "n_items"] == 0 and points.loc["sweep/6", "n_items_excluded"] == 5
+    assert math.isnan(points.loc["sweep/6", "rec_paper"]) and points.loc["sweep/0", "n_items"] == 5
 
 
 def test_missing_sweep_dir_raises_a_clear_error(tmp_path: Path) -> None:
@@ -312,15 +348,17 @@ def test_report_renders_from_a_small_fixture_sweep(tmp_path: Path) -> None:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
     md, html = md_path.read_text(), html_path.read_text()
 
-    pooled = result.pooled_fit()
-    assert pooled.ok and pooled.n == 6
-    slope_txt, r_txt = f"{pooled.slope:.3f}", f"{pooled.r:.3f}"
-    ci_txt = f"[{pooled.slope_ci_low:.3f}, {pooled.slope_ci_high:.3f}]"
-    header = next(line for line in md.splitlines() if line.startswith("| grouping | group | n cells"))
+    headline = result.headline_fits()
+    assert [f.group for f in headline] == ["pairwise / none"]
+    fit = headline[0]  # 2 evaluators × 2 datasets = 4 paper units, each averaging its sources
+    assert fit.ok and fit.n == 4
+    slope_txt, r_txt = f"{fit.slope:.3f}", f"{fit.r:.3f}"
+    ci_txt = f"[{fit.slope_ci_low:.3f}, {fit.slope_ci_high:.3f}]"
+    header = next(line for line in md.splitlines() if line.startswith("| grouping | group | scale | n paper units"))
     for col in ("slope", "slope 95% CI", "r", "r 95% CI", "R²"):
         assert f"| {col} |" in header
-    pooled_row = next(line for line in md.splitlines() if line.startswith("| pooled | all | 6 |"))
-    assert slope_txt in pooled_row and ci_txt in pooled_row and r_txt in pooled_row
+    headline_row = next(line for line in md.splitlines() if line.startswith("| setting × label | pairwise / none | paper | 4 |"))
+    assert slope_txt in headline_row and ci_txt in headline_row and r_txt in headline_row
     for text in (slope_txt, ci_txt, r_txt):
         assert text in html
 
@@ -332,7 +370,10 @@ def test_report_renders_from_a_small_fixture_sweep(tmp_path: Path) -> None:
 
     # Per-dataset groups with 3 cells are fitted; everything else is there too.
     for title in ("Position consistency", "Exclusions", "Per fine-tune task", "Self-recognition by evaluator × source",
-                  "article-clustered", "recognition × is_recognition_finetune"):
+                  "Headline: self-preference on self-recognition at the paper", "The paper-unit points",
+                  "Robustness: source-level and item-level fits", "clustered by article",
+                  "Recognition vs control fine-tunes: the interaction test", "recognition × recognition_finetune",
+                  "smallest detectable effect", "What it means:"):
         assert title in md and title in html
     assert "0.550 [0.500, 0.600]" in md  # an evaluator × source entry with its CI
 
@@ -341,7 +382,7 @@ def test_report_renders_from_a_small_fixture_sweep(tmp_path: Path) -> None:
     assert len(links) == 3 and all((sweep / link).is_file() for link in links)
     assert html.count('src="data:image/png;base64,') == 3 and 'src="analysis/' not in html
     assert (sweep / "analysis" / "regressions.json").is_file() and (sweep / "analysis" / "cells.csv").is_file()
-    assert "not enough cells (n=" in md  # the interaction test has no fine-tuned cells here
+    assert "not enough paper units (n=0; recognition fine-tunes n=0" in md  # no fine-tuned cells here
 
 
 def test_report_with_no_complete_cell_still_renders(tmp_path: Path) -> None:
@@ -350,7 +391,7 @@ def test_report_with_no_complete_cell_still_renders(tmp_path: Path) -> None:
     write_cell(sweep, 1, status="failed")
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
     md = result.report_md.read_text()
-    assert "not enough cells (n=0)" in md and "boom" in md
+    assert "not enough paper units (n=0)" in md and "boom" in md
     assert len(list((sweep / "analysis").glob("*.png"))) == 3
 
 
@@ -371,10 +412,11 @@ def test_cli_pools_sweeps_and_reproduces_the_report(tmp_path: Path, capsys: pyte
     assert cli_main([str(a), str(b), "--out", str(out), "--wandb-mode", "disabled"]) == 0
     stdout = capsys.readouterr().out
     assert f"Report: {out / 'report.html'}" in stdout and str(out / "report.md") in stdout
-    assert "slope 95% CI" in stdout and "r 95% CI" in stdout and "pooled" in stdout
+    assert "slope 95% CI" in stdout and "r 95% CI" in stdout and "Headline: the paper's unit" in stdout
     assert "20-30-00/6" in stdout  # failed cells are named on stdout too
     md = (out / "report.md").read_text()
-    assert re.search(r"\| pooled \| all \| 14 \|", md)  # 6 + 8 cells pooled
+    # 4 paper units in a, 4 in b, and b's base qwen05 on paper_xsum is the same unit as a's: 7
+    assert "| setting × label | pairwise / none | paper | 7 |" in md
     assert not (a / "report.md").exists()  # --out honoured (without it: the first sweep dir, see the callback tests)
 
 
@@ -475,15 +517,17 @@ _APP = textwrap.dedent(
             (out / "cell.error.txt").write_text("ValueError: planted failure")
             raise ValueError("planted failure")
         rec = 0.4 + 0.1 * cfg.x
+        pref = 0.2 + 0.5 * rec + 0.01 * (-1) ** cfg.x
         summary = {"status": "complete",
-                   "cell": {"evaluator": "e", "source": f"s{cfg.x}", "dataset": "d", "setting": "pairwise",
+                   "cell": {"evaluator": f"e{cfg.x}", "source": "s", "dataset": "d", "setting": "pairwise",
                             "label": "none", "finetune_task": "none", "finetune_dataset": None,
                             "finetune_n_articles": None, "transfer": "none"},
                    "recognition": {"mean": rec, "ci_low": rec - 0.05, "ci_high": rec + 0.05, "n": 3},
-                   "preference": {"mean": 0.2 + 0.5 * rec + 0.01 * (-1) ** cfg.x,
-                                  "ci_low": None, "ci_high": None, "n": 3}}
+                   "preference": {"mean": pref, "ci_low": None, "ci_high": None, "n": 3}}
         (out / "summary.json").write_text(json.dumps(summary))
-        (out / "results.jsonl").write_text("")
+        items = [{"article_id": f"a{i}", "recognition": {"score": rec + d, "excluded": False},
+                  "preference": {"score": pref + d, "excluded": False}} for i, d in enumerate((-0.01, 0, 0.01))]
+        (out / "results.jsonl").write_text("".join(json.dumps(it) + "\\n" for it in items))
 
     if __name__ == "__main__":
         main()
@@ -523,7 +567,8 @@ def test_hydra_multirun_runs_the_analysis_at_the_end(tmp_path: Path) -> None:
     assert proc.returncode != 0, proc.stderr  # the sweep itself failed...
     failing = tmp_path / "multirun" / "failing"
     md = (failing / "report.md").read_text()  # ...but the report is there
-    assert "| pooled | all | 4 |" in md and "planted failure" in md and "x=5 fail_at=5" in md
+    assert "| setting × label | pairwise / none | paper | 4 |" in md and "planted failure" in md
+    assert "x=5 fail_at=5" in md
     # A clean 4-cell sweep: the report comes from on_multirun_end.
     proc = subprocess.run([sys.executable, "app.py", "-m", "x=1,2,3,4"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -531,7 +576,7 @@ def test_hydra_multirun_runs_the_analysis_at_the_end(tmp_path: Path) -> None:
     sweep = tmp_path / "multirun" / "sweep"
     assert (sweep / "report.html").is_file() and "Report:" in proc.stdout
     md = (sweep / "report.md").read_text()
-    assert "| pooled | all | 4 |" in md and "slope 95% CI" in md
+    assert "| setting × label | pairwise / none | paper | 4 |" in md and "slope 95% CI" in md
     assert len(list((sweep / "analysis").glob("*.png"))) == 3
 
 
@@ -552,7 +597,7 @@ def test_wandb_offline_summary_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert runs, "no offline W&B run written"
     logged = {p.name for run in runs for p in run.rglob("*")}
     assert any(n.endswith(".wandb") for n in logged)
-    assert any(n.startswith("regression_cells") and n.endswith(".table.json") for n in logged)  # wandb.Table
+    assert any(n.startswith("regression_units") and n.endswith(".table.json") for n in logged)  # wandb.Table
     assert any(n.startswith("preference_vs_recognition") and n.endswith(".png") for n in logged)  # wandb.Image
     # A re-run does not mistake the W&B run directory for a cell.
     assert load_sweeps([sweep]).n_cell_dirs == 8

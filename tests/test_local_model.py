@@ -70,6 +70,35 @@ def test_prefix_reuse_matches_scoring_from_scratch(qwen):
 
 @pytest.mark.real_model
 @needs_qwen
+def test_second_position_on_the_batch_cache_matches_the_prompt_plus_whitespace_from_scratch(qwen, monkeypatch):
+    """qwen05 puts ~1e-5 on whitespace at the answer position, so it reads one position. Forced to read
+    a second one after " " (as if P(" ") were 1), that position, read on the padded batch's cache through
+    a mask, agrees with prompt + " " run from scratch."""
+    from selfpref_sweep.models import local
+
+    model, prompts = qwen
+    article = "The town council approved a new bridge on Monday after a two-year debate over its cost."
+    summaries = ["Council approves bridge.", "A new bridge was approved by the council after a long debate.",
+                 "Bridge plan passes."]
+    reqs = [AnswerRequest(model.identity, pairwise_messages(prompts, "recognition", article, summaries[0], b),
+                          JudgeDecoding(("1", "2"))) for b in summaries[1:]]  # one batch, unequal lengths
+    model.prefix_reuse, model.second_positions = True, 0
+    plain = dict(model.answer_distributions(reqs))
+    assert model.second_positions == 0 and {d.method for d in plain.values()} == {local.FULL_METHOD}
+    space = next(i for i in model._whitespace_ids if model._decoded_vocab[i] == " ")
+    monkeypatch.setattr(local, "split_tokens", lambda ws_probs: [(space, 1.0)])
+    forced = dict(model.answer_distributions(reqs))
+    assert model.second_positions == len(reqs)
+    for r in reqs:
+        ids = model.encode(model.render(r.messages))
+        after = model._answer_probs(model._probs(model._forward_last([ids + [space]], None)[0][0]), r.answers)
+        assert forced[r].method == local.SPLIT_METHOD
+        for a in r.answers:  # the first position is read as before, so the difference is P(a | prompt + " ")
+            assert forced[r].probs[a] - plain[r].probs[a] == pytest.approx(after[a], abs=0.015)  # bf16 states
+
+
+@pytest.mark.real_model
+@needs_qwen
 def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     cfg = compose_cfg(["dataset.n_articles=2"])
     summary = run_cell(resolve_cell(cfg), tmp_path / "cell")
@@ -80,7 +109,7 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     assert summary["n_excluded"] + summary["recognition"]["n"] == 2
     items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     assert all(it["own_summary"] for it in items)
-    assert summary["model_calls"] == 2 + 2 * 2 * 2
+    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2  # summaries, both questions, the competence control
     assert run_cell(resolve_cell(cfg), tmp_path / "again")["model_calls"] == 0
 
 

@@ -7,7 +7,7 @@ Entry points:
   - ``run_analysis(...)`` for use from Python
 
 Modules, one concern each: ``discover`` (find cell directories), ``load`` (read them into pandas),
-``fit`` (statsmodels regressions),
+``units`` (the fits' points: the paper's unit and the cells), ``fit`` (statsmodels regressions),
 ``tables`` (pandas tables and their text rendering), ``plots`` (matplotlib figures), ``report``
 (report.md / report.html), ``wandb_log`` (the W&B summary run), ``pipeline`` (ties them together).
 

@@ -103,10 +103,26 @@ def collect_items(sweep_dirs: Iterable[Path]) -> dict[str, Any]:
                     "other": row.get("other_summary"), "source": row.get("source"),
                     "questions": {q: _question(row.get(q)) for q in QUESTIONS if q in row},
                 }
-                if isinstance(row.get("judge_competence"), dict):  # the competence control, when recorded
-                    item["competence"] = row["judge_competence"]
+                competence = _competence(row)
+                if competence is not None:  # the competence control, when recorded
+                    item["competence"] = competence
                 items.append(item)
     return {"cells": cells, "items": items, "articles": articles}
+
+
+def _competence(row: dict) -> Any:
+    """The item's judge-competence control: the record's ``competence`` verdict (P(correct) per order), or an
+    older free-form ``judge_competence`` block as it is; None when absent."""
+    verdict = row.get("competence")
+    if isinstance(verdict, dict):
+        out: dict[str, Any] = {"P(correct)": verdict.get("score")}
+        if verdict.get("excluded"):
+            out["excluded"] = verdict.get("exclusion_reason")
+        for name, part in (verdict.get("orders") or {}).items():
+            if isinstance(part, dict):
+                out[f"{name} P(correct)"] = part.get("p_own")
+        return out
+    return row["judge_competence"] if isinstance(row.get("judge_competence"), dict) else None
 
 
 def _json_for_script(data: Any) -> str:

@@ -15,14 +15,16 @@ import pandas as pd
 
 from . import tables as T
 from .fit import (
+    GROUPINGS,
     RECOGNITION_TASKS,
     FitResult,
     InteractionResult,
-    fit_cell_level,
     fit_interactions,
-    fit_item_level,
+    fit_paper_units,
+    fit_robustness,
 )
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
+from .units import paper_units, source_points
 from .plots import PlotFile, make_plots
 from .report import Section, write_report
 from .items_view import ITEMS_HTML, write_items_html
@@ -47,8 +49,10 @@ class AnalysisResult:
     report_md: Path
     report_html: Path
     data: SweepData
-    cell_fits: list[FitResult]
-    item_fits: list[FitResult]
+    units: pd.DataFrame  # the paper's unit: evaluator variant × dataset × setting × label
+    points: pd.DataFrame  # the source level: one row per cell, means over the items kept in both questions
+    unit_fits: list[FitResult]  # the headline
+    robustness_fits: list[FitResult]
     interactions: list[InteractionResult]
     tables: dict[str, pd.DataFrame]  # display tables, keyed by short name
     plots: list[PlotFile]
@@ -56,11 +60,12 @@ class AnalysisResult:
     wandb_status: str = ""
     files: list[Path] = field(default_factory=list)
 
-    def pooled_fit(self) -> FitResult:
-        return next(f for f in self.cell_fits if f.group_by == "pooled")
+    def headline_fits(self, scale: str = "paper") -> list[FitResult]:
+        """The paper-unit fits per setting × label (all datasets) on one scale."""
+        return [f for f in self.unit_fits if f.group_by == GROUPINGS[0][0] and f.scale == scale]
 
     def summary_text(self) -> str:
-        """What the command prints: where the report is, counts, the cell-level regression table."""
+        """What the command prints: where the report is, counts, the headline fits, failed judges."""
         counts = _problem_counts(self.data)
         lines = [
             f"Report: {self.report_html}",
@@ -70,13 +75,17 @@ class AnalysisResult:
         ]
         if self.wandb_status:
             lines.append(self.wandb_status)
-        lines += ["", "Cell-level OLS, preference ~ recognition (95% CIs):"]
+        lines += ["", "Headline: the paper's unit (evaluator variant × dataset), OLS preference ~ recognition, 95% CIs:"]
         lines.append(
             T.to_text(
-                self.tables["regression_cells"],
-                ["grouping", "group", "n cells", "slope", "slope 95% CI", "r", "r 95% CI", "R²", "note"],
+                self.tables["regression_units"],
+                ["grouping", "group", "scale", "n paper units", "slope", "slope 95% CI", "r", "r 95% CI", "note"],
             )
         )
+        failed = T.failed_judges(self.data.cells)
+        if not failed.empty:
+            lines += ["", f"{len(failed)} cell(s) whose judge failed the competence control ({T.JUDGE_FAILED}):"]
+            lines += [f"  {c.cell_id}: {c.evaluator_variant} vs {c.source} on {c.dataset}" for c in failed.itertuples()]
         problems = [p for p in self.data.problems if p.status != STATUS_WARNING]
         if problems:
             lines += ["", f"{len(problems)} failed/incomplete cell(s) (listed in the report):"]
@@ -98,13 +107,32 @@ def _count_line(data: SweepData, counts: Mapping[str, int]) -> str:
     )
 
 
-def _fit_sentence(f: FitResult) -> str:
-    if not f.ok:
-        return f"Pooled cell-level fit: {f.note}"
-    return (
-        f"Pooled cell-level fit: slope {T.fmt(f.slope)} (95% CI {T.fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
-        f"r {T.fmt(f.r)} (95% CI {T.fmt_ci(f.r_ci_low, f.r_ci_high)}), R² {T.fmt(f.r2)}, n={f.n} cells"
-    )
+def _fit_sentences(result: AnalysisResult) -> list[str]:
+    fits = result.headline_fits()
+    if not fits:
+        return ["Headline (paper unit) fit: no paper units"]
+    out = []
+    for f in fits:
+        if not f.ok:
+            out.append(f"Headline fit, {f.group}: {f.note}")
+            continue
+        out.append(
+            f"Headline fit, {f.group}: slope {T.fmt(f.slope)} (95% CI {T.fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
+            f"r {T.fmt(f.r)} (95% CI {T.fmt_ci(f.r_ci_low, f.r_ci_high)}), n={f.n} paper units"
+        )
+    return out
+
+
+def _judge_text(cells: pd.DataFrame) -> str:
+    failed = T.failed_judges(cells)
+    if failed.empty:
+        recorded = int(cells["jc_enabled"].map(lambda v: v is True).sum()) if not cells.empty else 0
+        return (f"No cell's judge failed the competence control ({recorded} cell(s) ran it)." if recorded
+                else "No cell recorded the judge-competence control.")
+    names = "; ".join(f"{c.cell_id} ({c.evaluator_variant} vs {c.source} on {c.dataset}, {c.setting}, "
+                      f"label {c.label})" for c in failed.itertuples())
+    return (f"{len(failed)} cell(s) whose judge failed the competence control: {T.JUDGE_FAILED}. "
+            f"Their results say nothing either way: {names}.")
 
 
 def _sections(result: AnalysisResult) -> list[Section]:
@@ -118,42 +146,92 @@ def _sections(result: AnalysisResult) -> list[Section]:
         if data.problems
         else "None: every cell directory has a complete summary.json and a readable results.jsonl."
     )
+    n_left_out = int(result.units["n_items_excluded"].sum()) if not result.units.empty else 0
+    has_logodds = bool(result.units["rec_logodds_mean"].notna().any()) if not result.units.empty else False
+    logodds_note = (
+        "Each fit is given on the paper's scale (mean renormalized P(own), 0.5 = no bias; the headline) and on "
+        "the log-odds scale (½·[logit P(own) forward + logit P(own) backward], 0 = no bias), which cancels an "
+        "additive position bias that the paper's scale squashes toward 0.5."
+        if has_logodds else
+        "These cells record no log-odds scores (an older sweep), so only the paper's scale is fitted."
+    )
     return [
         Section("Failed, incomplete and partial cells", problems_text, t["problems"]),
+        Section("Judges that failed the competence control", _judge_text(data.cells), T.failed_judges_table(data.cells)),
         Section(
-            "Regression of self-preference on self-recognition (cell level)",
-            "Each point is one complete cell: its mean self-preference regressed on its mean "
-            "self-recognition (statsmodels OLS; slope and intercept with 95% t intervals, r with a "
-            "Fisher-z 95% interval). Fitted pooled and separately per dataset, setting, transfer "
-            "condition (none / in_domain / cross_dataset), label and dataset x transfer. Groups with "
-            "fewer than 3 cells or no spread in recognition are not fitted and say so. Cells with a "
-            "null mean are left out and listed above.",
-            t["regression_cells"],
+            "Headline: self-preference on self-recognition at the paper's unit",
+            "What it means: each point is one evaluator variant (base model, or base model + fine-tune task + N + "
+            "fine-tune dataset) on one dataset, with its recognition and its preference averaged over the sources "
+            "it was judged against, as in the paper's figures. A positive slope says: evaluators that recognize "
+            "their own summaries better also prefer them more. Fitted separately for every setting × label "
+            "condition, never across them; within one, all datasets together and, where there are several, "
+            "each dataset alone.\n\n"
+            "How: OLS (statsmodels formula preference ~ recognition), slope and intercept with 95% t intervals, "
+            "r with a Fisher-z interval. Both means of a point come from the same items: an item excluded in "
+            f"either question is left out of both ({n_left_out} item(s) left out in all, counted per unit below). "
+            "The points' CIs come from an article-clustered bootstrap. Groups with fewer than 3 points or no "
+            "spread in recognition are not fitted and say so. " + logodds_note,
+            t["regression_units"],
+            [plots["preference_vs_recognition"]],
         ),
         Section(
-            "Does the slope differ between recognition and control fine-tunes?",
-            "OLS over fine-tuned cells only: preference ~ recognition + is_recognition_finetune + "
-            f"recognition × is_recognition_finetune, where is_recognition_finetune means finetune_task in "
-            f"{{{', '.join(result.recognition_tasks)}}} and every other fine-tune task is a control. "
-            "The interaction coefficient is the difference of the two slopes.",
+            "The paper-unit points",
+            "One row per evaluator variant × dataset × setting × label: means over sources with 95% "
+            "article-clustered bootstrap CIs (whole articles resampled, the same draw for every source and both "
+            "questions); 'n items left out' counts the items excluded in either question; 'judge competence' is "
+            "'failed' when any of the unit's cells failed the control.",
+            t["units"], level=3,
+        ),
+        Section(
+            "Robustness: source-level and item-level fits",
+            "What it means: the same question asked of finer points, with the dependence between them taken into "
+            "account. If the headline slope is real, these slopes should have the same sign; wide intervals here "
+            "mean the data cannot tell.\n\n"
+            "Source level: one point per cell (evaluator variant × source), means over the items kept in both "
+            "questions. The cells of one evaluator variant share the model and the articles, so they are not "
+            "independent: fitted by OLS with CIs clustered by evaluator variant (t with variants − 1 degrees of "
+            "freedom), and by a mixed model with a random intercept per evaluator variant (statsmodels MixedLM, "
+            "REML). Item level: one point per judged item, OLS with evaluator-variant fixed effects (the slope "
+            "within variants) and CIs clustered by article (dataset, article_id), because one article is judged "
+            "in many cells. Base and fine-tuned evaluators meet only through the evaluator-variant factor; "
+            "settings and label conditions are never pooled.",
+            t["regression_robustness"],
+        ),
+        Section(
+            "Recognition vs control fine-tunes: the interaction test",
+            "What it means: the paper's causal claim is that fine-tuning for self-recognition moves "
+            "self-preference along with recognition, while control fine-tunes (other tasks) do not. The "
+            "interaction is the difference between the two slopes; a CI above 0 supports the claim, a CI "
+            "around 0 says the slopes cannot be told apart.\n\n"
+            "How: OLS preference ~ recognition * recognition_finetune over fine-tuned points only, where "
+            f"recognition_finetune = 1 for finetune_task in {{{', '.join(result.recognition_tasks)}}} and 0 for "
+            "every other fine-tune task (a control). At the paper unit (plain OLS) and at the source level (CIs "
+            "clustered by evaluator variant); per setting × label, and per transfer condition (in-domain / "
+            "cross-dataset) where both occur.",
             t["interaction"],
         ),
         Section(
-            "Robustness: item-level regression with article-clustered standard errors",
-            "Every judged item with both a recognition and a preference score: item preference on item "
-            "recognition, standard errors clustered by article (dataset, article_id), t intervals with "
-            "(articles - 1) degrees of freedom. No interval is given for item-level r because items of "
-            "one article are not independent.",
-            t["regression_items"],
+            "Per cell: the smallest detectable effect and the judge-competence control",
+            "What it means: a null result is informative only if the cell could have seen an effect. The smallest "
+            "detectable effect is the distance from 0.5 that the cell would detect with 80% power at α = 0.05, "
+            "given its article count and item spread; smaller true effects could not be seen. The judge-competence "
+            "control asks the judge a question it must answer right if it can compare two summaries at all "
+            "(which summary is of this article); mean P(correct) with its CI. A judge that fails it could not "
+            "do this task, and a null from it is uninformative.",
+            t["quality"],
         ),
-        Section("Plots", "", None, [plots["preference_vs_recognition"]]),
-        Section("Evaluator × source heatmaps", "", None, [plots["heatmap_recognition"], plots["heatmap_preference"]], 3),
+        Section("Evaluator × source heatmaps", "", None, [plots["heatmap_recognition"], plots["heatmap_preference"]]),
         Section(
             "Self-recognition by evaluator × source",
             "Cell mean with its 95% bootstrap CI from summary.json; the evaluator includes its fine-tune.",
             t["recognition_matrix"],
         ),
         Section("Self-preference by evaluator × source", "Cell mean with its 95% bootstrap CI.", t["preference_matrix"]),
+        *([Section("Self-recognition, log-odds scale, by evaluator × source",
+                   "The position-debiased log-odds score (0 = no bias): cell mean with its 95% bootstrap CI from "
+                   "summary.json.", t["recognition_logodds_matrix"]),
+           Section("Self-preference, log-odds scale, by evaluator × source", "", t["preference_logodds_matrix"])]
+          if bool(data.cells["rec_logodds_mean"].notna().any()) else []),
         Section(
             "Position consistency",
             "Share of items whose answer agrees between the two presentation orders.",
@@ -168,13 +246,18 @@ def _sections(result: AnalysisResult) -> list[Section]:
     ]
 
 
+# The sections whose tables go into the W&B report (headline, robustness, interaction).
+_WANDB_SECTIONS = ("Headline", "Robustness", "Recognition vs control")
+
+
 def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     """Machine-readable copies (CSV + JSON) next to the PNGs."""
     files = []
     frames = {
-        "regression_cells.csv": T.fits_frame(result.cell_fits),
-        "regression_items.csv": T.fits_frame(result.item_fits),
+        "regression_units.csv": T.fits_frame(result.unit_fits),
+        "regression_robustness.csv": T.fits_frame(result.robustness_fits),
         "interaction.csv": T.interactions_frame(result.interactions),
+        "paper_units.csv": result.units,
         "cells.csv": T.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
     }
@@ -183,8 +266,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         df.to_csv(path, index=False)
         files.append(path)
     payload = {
-        "cell_level": [f.to_dict() for f in result.cell_fits],
-        "item_level": [f.to_dict() for f in result.item_fits],
+        "paper_unit": [f.to_dict() for f in result.unit_fits],
+        "robustness": [f.to_dict() for f in result.robustness_fits],
         "interaction": [r.to_dict() for r in result.interactions],
         "problems": result.data.problems_df.to_dict(orient="records"),
     }
@@ -213,10 +296,11 @@ def _wandb_summary(result: AnalysisResult) -> dict[str, Any]:
         "n_cells_failed": counts[STATUS_FAILED],
         "n_cells_incomplete": counts[STATUS_INCOMPLETE],
     }
-    for f in result.cell_fits:
+    out["n_cells_judge_failed"] = len(T.failed_judges(result.data.cells))
+    for f in result.unit_fits:
         if not f.ok:
             continue
-        key = "pooled" if f.group_by == "pooled" else f"{f.group_by}={f.group}".replace(" ", "_")
+        key = f"headline/{f.scale}/{f.group}".replace(" / ", "/").replace(" ", "_")
         for attr in ("slope", "slope_ci_low", "slope_ci_high", "slope_p", "intercept", "r", "r2", "n"):
             value = getattr(f, attr)
             if not (isinstance(value, float) and math.isnan(value)):
@@ -249,25 +333,31 @@ def run_analysis(
     analysis_dir.mkdir(parents=True, exist_ok=True)
     (analysis_dir / ERROR_FILE).unlink(missing_ok=True)  # stale failure from an earlier run
 
-    cell_fits = fit_cell_level(data.cells)
-    item_fits = fit_item_level(data.items)
-    interactions = fit_interactions(data.cells, recognition_tasks)
+    units = paper_units(data.items, data.cells, seed=0)
+    points = source_points(data.items)
+    unit_fits = fit_paper_units(units)
+    robustness_fits = fit_robustness(points, data.items)
+    interactions = fit_interactions(units, points, recognition_tasks)
     tables = {
         "problems": T.problems_table(data.problems_df),
-        "regression_cells": T.regression_table(cell_fits),
+        "regression_units": T.regression_table(unit_fits),
+        "units": T.units_table(units),
+        "regression_robustness": T.regression_table(robustness_fits),
         "interaction": T.interaction_table(interactions),
-        "regression_items": T.regression_table(item_fits),
+        "quality": T.quality_table(data.cells),
         "recognition_matrix": T.evaluator_source_table(data.cells, "rec"),
         "preference_matrix": T.evaluator_source_table(data.cells, "pref"),
+        "recognition_logodds_matrix": T.evaluator_source_table(data.cells, "rec_logodds"),
+        "preference_logodds_matrix": T.evaluator_source_table(data.cells, "pref_logodds"),
         "position_consistency": T.position_consistency_table(data.cells),
         "exclusions": T.exclusions_table(data.cells),
         "finetune": T.finetune_table(data.cells),
     }
-    plots = make_plots(data.cells, analysis_dir)
+    plots = make_plots(data.cells, units, unit_fits, analysis_dir)
     result = AnalysisResult(
-        out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data,
-        cell_fits=cell_fits, item_fits=item_fits, interactions=interactions, tables=tables, plots=plots,
-        recognition_tasks=tuple(recognition_tasks),
+        out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, units=units,
+        points=points, unit_fits=unit_fits, robustness_fits=robustness_fits, interactions=interactions,
+        tables=tables, plots=plots, recognition_tasks=tuple(recognition_tasks),
     )
     result.files = _write_data_files(result, analysis_dir)
 
@@ -276,8 +366,10 @@ def run_analysis(
         "Sweep directories: " + ", ".join(str(d) for d in dirs),
         f"Generated: {_dt.datetime.now().isoformat(timespec='seconds')}",
         "Cells: " + _count_line(data, counts),
-        _fit_sentence(result.pooled_fit()),
+        *_fit_sentences(result),
     ]
+    if not T.failed_judges(data.cells).empty:
+        meta.append(_judge_text(data.cells))
     # The item viewer and the W&B panel specification (published later when offline).
     items_html = write_items_html(dirs, out)
     meta.append(f"Items behind every number: {ITEMS_HTML}")
@@ -285,8 +377,9 @@ def run_analysis(
     try:
         panels_spec = spec_for_sweep(
             resolve_wandb_cfg(wandb_cfg, Path(dirs[0])), cell_paths=list(data.cells["path"]) if not data.cells.empty else [],
-            regression_markdown={s.title: T.to_markdown(s.table) for s in _sections(result)[1:4]},
-            analysis_tables=["tables/regression_cells", "tables/interaction", "tables/regression_items"],
+            regression_markdown={s.title: T.to_markdown(s.table) for s in _sections(result)
+                                 if s.title.startswith(_WANDB_SECTIONS) and s.table is not None},
+            analysis_tables=["tables/regression_units", "tables/regression_robustness", "tables/interaction"],
             plots=[f"plots/{p.path.stem}" for p in plots])
         write_spec(out, panels_spec)
         meta.append(f"W&B comparison panels (publish with `publish-wandb`): {SPEC_FILE}")
@@ -299,8 +392,8 @@ def run_analysis(
     try:
         result.wandb_status = log_to_wandb(
             dirs[0], wandb_cfg, run_dir=out,
-            tables={**tables, "fits_cells": T.fits_frame(cell_fits), "fits_items": T.fits_frame(item_fits),
-                    "cells": T.cells_frame(data.cells)},
+            tables={**tables, "fits_units": T.fits_frame(unit_fits),
+                    "fits_robustness": T.fits_frame(robustness_fits), "cells": T.cells_frame(data.cells)},
             plots=plots,
             summary=_wandb_summary(result),
             config={"sweep_dirs": [str(d) for d in dirs], "out_dir": str(out),

@@ -1,7 +1,7 @@
 """matplotlib figures of the report (PNG, Agg backend, no display needed).
 
-- scatter: cell-mean preference vs recognition, one panel per (dataset, transfer), points coloured
-  by finetune_task and shaped by setting, with the OLS line and its 95% confidence band.
+- scatter (the headline): paper-unit preference vs recognition, one panel per setting × label condition,
+  points coloured by finetune_task and shaped by dataset, with the OLS line and its 95% confidence band.
 - heatmaps: evaluator x source matrices of mean recognition and of mean preference.
 """
 
@@ -21,10 +21,10 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from .fit import FitResult, confidence_band, fit_ols  # noqa: E402
+from .fit import GROUPINGS, FitResult, confidence_band  # noqa: E402
 from .tables import DASH, fmt, fmt_ci  # noqa: E402
 
-_MARKERS = {"pairwise": "o", "individual": "s"}
+_MARKERS = ("o", "s", "^", "D", "v", "P")
 _DPI = 110
 
 
@@ -70,55 +70,50 @@ def _yerr(sub: pd.DataFrame, prefix: str) -> np.ndarray:
     return np.vstack([lo, hi])
 
 
-def scatter_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
-    """Preference vs recognition scatter, faceted by dataset and transfer condition."""
-    title = "Self-preference vs self-recognition\n(cell means; OLS fit with 95% CI band)"
-    usable = cells.dropna(subset=["rec_mean", "pref_mean"]) if not cells.empty else cells
+def scatter_plot(units: pd.DataFrame, fits: Sequence[FitResult], path: Path) -> PlotFile:
+    """Paper-unit preference vs recognition (paper's scale), one panel per setting × label condition."""
+    title = ("Self-preference vs self-recognition at the paper's unit\n(evaluator variant × dataset, mean over "
+             "sources)\nOLS fit with its 95% CI band")
+    usable = units.dropna(subset=["rec_paper_mean", "pref_paper_mean"]) if not units.empty else units
     if usable.empty:
-        _empty_figure(path, "No complete cell has both a recognition and a preference mean:\nnothing to plot.")
+        _empty_figure(path, "No paper unit has both a recognition and a preference mean:\nnothing to plot.")
         return PlotFile(title, path)
-    usable = usable.assign(
-        _ds=usable["dataset"].fillna("null").astype(str), _tr=usable["transfer"].fillna("null").astype(str)
-    )
-    facets = sorted(usable.groupby(["_ds", "_tr"]).groups.keys())
+    headline = {f.group: f for f in fits if f.group_by == GROUPINGS[0][0] and f.scale == "paper"}
+    facets = sorted(usable.groupby(["setting", "label"]).groups.keys())
     rows, cols = _grid(len(facets))
-    fig = Figure(figsize=(4.8 * cols, 4.3 * rows + 0.8), layout="constrained")
+    fig = Figure(figsize=(max(4.8 * cols, 7.5), 4.3 * rows + 1.4), layout="constrained")
     colours = _colours(usable["finetune_task"].fillna("none").astype(str))
-    settings = sorted(usable["setting"].fillna("pairwise").astype(str).unique())
+    datasets = sorted(usable["dataset"].astype(str).unique())
+    markers = {d: _MARKERS[i % len(_MARKERS)] for i, d in enumerate(datasets)}
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
-    for ax, (ds, tr) in zip(axes.ravel(), facets):
-        sub = usable[(usable["_ds"] == ds) & (usable["_tr"] == tr)]
+    for ax, (setting, label) in zip(axes.ravel(), facets):
+        sub = usable[(usable["setting"] == setting) & (usable["label"] == label)]
         ax.axhline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
         ax.axvline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
-        for (task, setting), pts in sub.groupby(
-            [sub["finetune_task"].fillna("none").astype(str), sub["setting"].fillna("pairwise").astype(str)]
-        ):
+        for (task, dataset), pts in sub.groupby([sub["finetune_task"].fillna("none").astype(str), sub["dataset"]]):
             ax.errorbar(
-                pts["rec_mean"], pts["pref_mean"], xerr=_yerr(pts, "rec"), yerr=_yerr(pts, "pref"),
-                fmt=_MARKERS.get(setting, "^"), color=colours[task], ecolor=colours[task],
+                pts["rec_paper_mean"], pts["pref_paper_mean"], xerr=_yerr(pts, "rec_paper"),
+                yerr=_yerr(pts, "pref_paper"), fmt=markers[dataset], color=colours[task], ecolor=colours[task],
                 elinewidth=0.6, alpha=0.85, capsize=0, markersize=6, markeredgecolor="white",
             )
-        fit = fit_ols(sub["rec_mean"], sub["pref_mean"], group_by="dataset x transfer", group=f"{ds} / {tr}")
-        if fit.ok:
-            xs = np.linspace(sub["rec_mean"].min(), sub["rec_mean"].max(), 60)
+        fit = headline.get(f"{setting} / {label}")
+        if fit is not None and fit.ok:
+            xs = np.linspace(sub["rec_paper_mean"].min(), sub["rec_paper_mean"].max(), 60)
             pred, lo, hi = confidence_band(fit, xs)
             ax.fill_between(xs, lo, hi, color="0.3", alpha=0.15, lw=0, label="95% CI")
             ax.plot(xs, pred, color="0.15", lw=1.5)
         ax.text(
-            0.02, 0.98, _fit_label(fit), transform=ax.transAxes, va="top", ha="left", fontsize=8,
-            bbox=dict(boxstyle="round", fc="white", ec="0.8", alpha=0.9),
+            0.02, 0.98, _fit_label(fit) if fit is not None else "", transform=ax.transAxes, va="top", ha="left",
+            fontsize=8, bbox=dict(boxstyle="round", fc="white", ec="0.8", alpha=0.9),
         )
-        ax.set_title(f"dataset={ds} · transfer={tr}", fontsize=10)
-        ax.set_xlabel("self-recognition (mean)")
-        ax.set_ylabel("self-preference (mean)")
+        ax.set_title(f"setting={setting} · label={label}", fontsize=10)
+        ax.set_xlabel("self-recognition (mean over sources)")
+        ax.set_ylabel("self-preference (mean over sources)")
     handles = [Line2D([], [], marker="o", ls="", color=c, label=f"finetune_task={t}") for t, c in colours.items()]
-    if len(settings) > 1:
-        handles += [
-            Line2D([], [], marker=_MARKERS.get(s, "^"), ls="", color="0.3", label=f"setting={s}") for s in settings
-        ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), fontsize=8, frameon=False)
+    handles += [Line2D([], [], marker=markers[d], ls="", color="0.3", label=f"dataset={d}") for d in datasets]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.savefig(path, dpi=_DPI)
     return PlotFile(title, path)
@@ -174,11 +169,11 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     return PlotFile(title, path)
 
 
-def make_plots(cells: pd.DataFrame, out_dir: Path) -> list[PlotFile]:
+def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path) -> list[PlotFile]:
     """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     return [
-        scatter_plot(cells, out_dir / "preference_vs_recognition.png"),
+        scatter_plot(units, unit_fits, out_dir / "preference_vs_recognition.png"),
         heatmap_plot(cells, "rec", out_dir / "heatmap_recognition.png"),
         heatmap_plot(cells, "pref", out_dir / "heatmap_preference.png"),
     ]

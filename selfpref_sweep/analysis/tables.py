@@ -62,19 +62,25 @@ def _mean_ci(values: pd.Series) -> str:
 
 # --- regressions ---------------------------------------------------------------------------------
 
+SCALE_NAMES = {"paper": "paper", "logodds": "log-odds"}
+_POINT_WORDS = {"paper unit": "paper units", "source": "cells", "item": "items"}
+
 
 def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
-    """Display table of fits: slope, r and their 95% CIs, R², n; unfitted groups say why."""
+    """Display table of fits: slope, intercept, r and their 95% CIs, R², n; unfitted groups say why.
+
+    Level and method columns appear only when the fits mix them (the robustness table)."""
+    levels = sorted({f.level for f in fits})
+    mixed = len(levels) > 1 or len({f.method for f in fits}) > 1
+    n_col = "n" if mixed or not levels else f"n {_POINT_WORDS.get(levels[0], 'points')}"
     rows = []
     for f in fits:
-        unit = "cells" if f.level == "cell" else "items"
-        row = {
-            "grouping": f.group_by,
-            "group": f.group,
-            f"n {unit}": str(f.n),
-        }
-        if f.level == "item":
-            row["n articles"] = fmt_int(f.n_clusters)
+        row = {"grouping": f.group_by, "group": f.group, "scale": SCALE_NAMES.get(f.scale, f.scale)}
+        if mixed:
+            row.update({"level": f.level, "method": f.method})
+        row[n_col] = f"{f.n} {_POINT_WORDS.get(f.level, '')}".strip() if mixed else str(f.n)
+        if any(g.n_clusters is not None for g in fits):
+            row["clusters"] = DASH if f.n_clusters is None else f"{f.n_clusters} {f.cluster_by}s"
         row.update(
             {
                 "slope": fmt(f.slope),
@@ -101,12 +107,17 @@ def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
 def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
     rows = []
     for r in results:
+        words = _POINT_WORDS.get(r.level, "points")
         rows.append(
             {
+                "level": r.level,
+                "method": r.method,
                 "grouping": r.group_by,
                 "group": r.group,
-                "n cells (recognition / control fine-tunes)": f"{r.n} ({r.n_recognition} / {r.n_control})",
-                "interaction: recognition × is_recognition_finetune": fmt(r.estimate),
+                "scale": SCALE_NAMES.get(r.scale, r.scale),
+                "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
+                + ("" if r.n_clusters is None else f", {r.n_clusters} variants"),
+                "interaction: recognition × recognition_finetune": fmt(r.estimate),
                 "95% CI": fmt_ci(r.ci_low, r.ci_high),
                 "p": fmt_p(r.p),
                 "slope, control fine-tunes [95% CI]": _est_ci(r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high),
@@ -121,6 +132,25 @@ def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
 
 def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame([r.to_dict() for r in results])
+
+
+def _table(frame: pd.DataFrame, cols: Sequence[str], row: Any) -> pd.DataFrame:
+    """A display table with one row per row of ``frame``: ``row(series)`` gives the values of ``cols``."""
+    return pd.DataFrame([dict(zip(cols, row(r))) for _, r in frame.iterrows()], columns=list(cols))
+
+
+def units_table(units: pd.DataFrame) -> pd.DataFrame:
+    """The paper-unit points: per setting × label × dataset × evaluator variant, both scales with CIs."""
+    cols = ["setting", "label", "dataset", "evaluator", "transfer", "sources", "n articles", "n items",
+            "n items left out", "recognition [95% CI]", "preference [95% CI]", "recognition, log-odds [95% CI]",
+            "preference, log-odds [95% CI]", "judge competence"]
+    return _table(units, cols, lambda u: [
+        u["setting"], u["label"], u["dataset"], u["evaluator_variant"], u["transfer"], u["sources"],
+        fmt_int(u["n_articles"]), fmt_int(u["n_items"]), fmt_int(u["n_items_excluded"]),
+        *(_est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"])
+          for s in ("paper", "logodds") for q in ("rec", "pref")),
+        u["judge_competence"] or DASH,
+    ])
 
 
 def _est_ci(est: float, lo: float, hi: float) -> str:
@@ -150,6 +180,64 @@ def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
     table = df.groupby(keys, sort=True)["_entry"].agg("; ".join).unstack("source").fillna("").reset_index()
     table.columns.name = None
     return table.rename(columns={"evaluator_variant": "evaluator"})
+
+
+JUDGE_FAILED = "the judge could not do this task; a null here is uninformative"
+
+
+def mde_sentence(value: Any, n_articles: Any, scale: Any = "paper") -> str:
+    """The smallest detectable effect in words, e.g. "with n=14 articles, effects smaller than ±0.040 could
+    not be seen"."""
+    v, n = fmt(value), fmt_int(n_articles)
+    if v == DASH:
+        return DASH if n == DASH else f"{DASH} (n={n} articles: too few to tell)"
+    unit = "" if scale in (None, "paper") else f" ({SCALE_NAMES.get(scale, scale)} scale)"
+    return f"with n={n} articles, effects smaller than ±{v}{unit} could not be seen"
+
+
+def competence_text(cell: pd.Series) -> str:
+    """The judge-competence control of one cell: mean P(correct) [CI] (n), or why there is none."""
+    if cell.get("jc_enabled") is None:
+        return f"{DASH} (not recorded)"
+    if not cell.get("jc_enabled"):
+        return f"off ({cell.get('jc_reason')})" if cell.get("jc_reason") else "off"
+    return f"{_est_ci(cell['jc_mean'], cell['jc_ci_low'], cell['jc_ci_high'])} (n={fmt_int(cell['jc_n'])})"
+
+
+def judge_verdict(cell: pd.Series) -> str:
+    passed = cell.get("jc_passed")
+    if passed is True:
+        return "passed"
+    if passed is False:
+        return f"FAILED: {JUDGE_FAILED}"
+    return DASH
+
+
+def failed_judges(cells: pd.DataFrame) -> pd.DataFrame:
+    """Cells whose judge failed the competence control (the report names them)."""
+    if cells.empty:
+        return cells
+    return cells[cells["jc_passed"].map(lambda v: v is False)]
+
+
+def failed_judges_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells whose judge failed the competence control, with the control's result."""
+    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", "judge competence: P(correct) [95% CI]",
+            "threshold"]
+    return _table(failed_judges(cells), cols, lambda c: [
+        c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
+        competence_text(c), fmt(c["jc_threshold"])])
+
+
+def quality_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: the smallest detectable effect of each question and the judge-competence control."""
+    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", "recognition: smallest detectable effect",
+            "preference: smallest detectable effect", "judge competence: P(correct) [95% CI]", "judge"]
+    return _table(cells, cols, lambda c: [
+        c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
+        mde_sentence(c["rec_mde"], c["rec_mde_n_articles"], c["rec_mde_scale"]),
+        mde_sentence(c["pref_mde"], c["pref_mde_n_articles"], c["pref_mde_scale"]),
+        competence_text(c), judge_verdict(c)])
 
 
 def position_consistency_table(cells: pd.DataFrame) -> pd.DataFrame:
@@ -203,7 +291,7 @@ def exclusions_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def finetune_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per fine-tune task (and fine-tune dataset, size, evaluation dataset): means across cells."""
-    keys = ["finetune_task", "finetune_dataset", "finetune_n_articles", "dataset", "transfer", "setting"]
+    keys = ["finetune_task", "finetune_dataset", "finetune_n_articles", "dataset", "transfer", "setting", "label"]
     if cells.empty:
         return pd.DataFrame(columns=[*keys, "n cells"])
     rows = []

@@ -106,6 +106,10 @@ def finetune_cache_spec(spec: "CellSpec", base: ModelIdentity, hyperparameters: 
         "prompt": spec.prompts["pairwise"].get(ft.question),
         "summarize_prompt": spec.prompts["summarize"].get(ds.task),
         "summaries": {"standardize": bool(spec.summaries.standardize),
+                      # what standardization strips changes the training texts
+                      "preamble_patterns": list(spec.summaries.preamble_patterns) if spec.summaries.strip_preambles
+                      else [],
+                      "strip_bullets": bool(spec.summaries.strip_bullets),
                       "max_new_tokens": int(spec.summaries.max_new_tokens)},
         "articles": {"budget_chars": article_budget([spec.evaluator], spec.summaries.max_new_tokens, spec.articles),
                      "policy": spec.articles.too_long.value},

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..articles import select_articles
 from ..config import FinetuneTaskName
-from ..data import Dataset, load_dataset
+from ..data import PAPER_KEY_BY_MODEL_NAME, Dataset, load_dataset
 from ..errors import ConfigError, DataError
 from ..judging import order_messages
 from ..models.base import Message
@@ -33,8 +33,6 @@ from ..spec import CellSpec
 from ..summaries import HUMAN, dataset_summaries, generate_summaries
 from . import labels as L
 
-# Paper source key of an evaluator that is one of the paper's models (its summaries are not "others").
-OWN_PAPER_KEY = {"gpt35": "gpt35", "gpt4": "gpt4", "llama2": "llama", "llama": "llama", "claude": "claude"}
 OTHERS_ORDER = [HUMAN, "gpt4", "gpt35", "claude", "llama"]
 
 
@@ -46,7 +44,7 @@ def available_others(evaluator_name: str, configured: Optional[Sequence[str]], p
         return [str(o) for o in configured]
     if not paper:
         return [HUMAN]
-    own = OWN_PAPER_KEY.get(evaluator_name)
+    own = PAPER_KEY_BY_MODEL_NAME.get(evaluator_name)  # its summaries are not "others"
     keys = [k for k in OTHERS_ORDER if k in imported] + sorted(k for k in imported if k not in OTHERS_ORDER)
     return [k for k in keys if k != own]
 
@@ -175,12 +173,12 @@ def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Optional[Dat
     skipped: Dict[str, int] = {}
     for why in selection.excluded.values():  # an unusable article costs one pair per other source
         skipped[why] = skipped.get(why, 0) + len(others)
-    standardize = spec.summaries.standardize
+    rules = spec.summaries
     own = generate_summaries(evaluator, spec.evaluator, spec.prompts, dataset.task, selection.usable,
-                             spec.summaries.max_new_tokens, standardize, source="own")
+                             spec.summaries.max_new_tokens, rules, source="own")
     pairs = []
     for other_key in others:
-        other = dataset_summaries(dataset, other_key, selection.usable, standardize)
+        other = dataset_summaries(dataset, other_key, selection.usable, rules)
         made = make_pairs(selection.usable, own, other)
         for why in made.excluded.values():
             skipped[why] = skipped.get(why, 0) + 1

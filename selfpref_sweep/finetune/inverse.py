@@ -25,10 +25,10 @@ QUESTIONS = ("recognition", "preference")
 def inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,
                   articles: Sequence[Article]) -> Dict[str, Any]:
     """{"n_items", "items", "<question>": stats} with own = the tuned model's new summary, other = the base's."""
-    max_new, standardize = spec.summaries.max_new_tokens, spec.summaries.standardize
+    max_new, rules = spec.summaries.max_new_tokens, spec.summaries
     usable = [a for a in articles if a.text.strip()]
-    new = generate_summaries(tuned, tuned_cfg, spec.prompts, dataset.task, usable, max_new, standardize)
-    old = generate_summaries(base, spec.evaluator, spec.prompts, dataset.task, usable, max_new, standardize)
+    new = generate_summaries(tuned, tuned_cfg, spec.prompts, dataset.task, usable, max_new, rules)
+    old = generate_summaries(base, spec.evaluator, spec.prompts, dataset.task, usable, max_new, rules)
     pairs = make_pairs(usable, new, old).pairs
     requests = judge_requests(tuned, spec.prompts, SettingName.pairwise, QUESTIONS, pairs)
     verdicts = score_items(requests, answer_distributions(tuned, requests), SettingName.pairwise,

@@ -128,8 +128,9 @@ class AnswerDistribution:
     """Raw (un-renormalized) probability of each answer, and how it was obtained."""
 
     probs: Dict[str, float]
-    # How the probabilities were read: "full_distribution" (local), "logprobs" (API top_logprobs),
-    # "sampled" (estimated from k samples), "unavailable".
+    # How the probabilities were read: "full_distribution" (local), "full_distribution+split" (local, with
+    # a second position after whitespace-only tokens), "logprobs" (API top_logprobs), "sampled"
+    # (estimated from k samples), "unavailable".
     method: str = "full_distribution"
     top_tokens: List[Tuple[str, float]] = field(default_factory=list)  # diagnostics
     prompt_tokens: int = 0

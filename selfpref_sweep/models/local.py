@@ -5,6 +5,14 @@ the probability of every vocabulary token that spells it ("1", " 1", ...). A bat
 is walked over its shared prefixes (models/prefix.py): each distinct prefix (chat header + article,
 then the first summary) goes through the model once into the KV cache, and the prompts that branch
 off at the same point are scored together in one padded batch on a copy of that cache.
+
+Split answers: some tokenizers write " 1" as a whitespace-only piece and then the digit (Llama-2's
+sentencepiece emits "▁", then "1"), so part of the answer's mass sits one position further on. Where the
+whitespace-only tokens carry at least SPLIT_MIN_MASS at the answer position, the most probable of them
+(largest first, until the whitespace mass left unread is below SPLIT_MIN_MASS, at most SPLIT_MAX_TOKENS)
+each get a second position on the batch's own KV cache, and P(a) = sum of P(spellings of a) + sum over
+those w of P(w) * P(spellings of a | prompt + w). Such a result's method is SPLIT_METHOD; every other
+prompt is read exactly as before (one position, FULL_METHOD).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import copy
 import logging
 import time
 from functools import cached_property
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
@@ -23,8 +31,17 @@ from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
-# Bump when a change here changes any result (1 -> 2: answer probabilities from a float32 output layer).
-BACKEND_VERSION = 2
+# Bump when a change here changes any result (1 -> 2: answer probabilities from a float32 output layer;
+# 2 -> 3: split answers read at a second position. Unsplit results are bit-identical, but a tokenizer that
+# splits " 1" into "▁", "1" now gets other numbers, and a cache entry must hold only what its key says).
+BACKEND_VERSION = 3
+
+FULL_METHOD = "full_distribution"  # the answer position's full next-token distribution
+SPLIT_METHOD = "full_distribution+split"  # ... plus a second position after whitespace-only tokens
+# Whitespace mass below this is left unread (a negligible share next to judge.min_answer_mass), so the
+# second position runs only for prompts whose model actually starts its answer with whitespace.
+SPLIT_MIN_MASS = 0.01
+SPLIT_MAX_TOKENS = 4
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -43,6 +60,35 @@ def answer_token_ids(decoded_vocab: Sequence[str], answer: str, special_ids: set
         if t == want or (fold and t.lower() == want.lower()):
             ids.append(i)
     return ids
+
+
+def whitespace_token_ids(decoded_vocab: Sequence[str], special_ids: set,
+                         decode_in_context: Callable[[List[int]], List[str]]) -> List[int]:
+    """Ids of the tokens whose text is whitespace only (" ", "\\n", sentencepiece's "▁"). A token that
+    decodes to "" alone is decoded again after a word (`decode_in_context`): sentencepiece drops a
+    leading "▁" at the start of a text, so "▁" alone reads as "" but adds a space after a word."""
+    def blank(text: str) -> bool:
+        return bool(text) and not text.strip()
+
+    ids = [i for i, t in enumerate(decoded_vocab) if i not in special_ids and blank(t)]
+    empty = [i for i, t in enumerate(decoded_vocab) if i not in special_ids and t == ""]
+    if empty:
+        ids += [i for i, t in zip(empty, decode_in_context(empty)) if blank(t)]
+    return sorted(ids)
+
+
+def split_tokens(ws_probs: Sequence[Tuple[int, float]], min_mass: float = SPLIT_MIN_MASS,
+                 max_tokens: int = SPLIT_MAX_TOKENS) -> List[Tuple[int, float]]:
+    """The whitespace-only tokens worth a second position, from (id, probability) pairs: the most
+    probable first, until the whitespace mass left is below `min_mass`, at most `max_tokens`."""
+    left = sum(p for _, p in ws_probs)
+    chosen = []
+    for i, p in sorted(ws_probs, key=lambda t: -t[1]):
+        if left < min_mass or len(chosen) == max_tokens:
+            break
+        chosen.append((i, p))
+        left -= p
+    return chosen
 
 
 def attach_adapter(model, adapter_path: str):
@@ -64,6 +110,7 @@ class LocalModel(ModelAPI):
         self._answer_ids: Dict[str, List[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
+        self.second_positions = 0  # prompts whose answer was read at a second position (split answers)
         self._load()
 
     @classmethod
@@ -122,6 +169,20 @@ class LocalModel(ModelAPI):
         return self._answer_ids[answer]
 
     @cached_property
+    def _whitespace_ids(self) -> List[int]:
+        special = set(self.tokenizer.all_special_ids)
+        word = next((i for i, t in enumerate(self._decoded_vocab) if i not in special and t.isalnum()), None)
+
+        def decode_in_context(ids: List[int]) -> List[str]:
+            if word is None:
+                return [""] * len(ids)
+            lead = self.tokenizer.decode([word])
+            texts = self.tokenizer.batch_decode([[word, i] for i in ids])
+            return [t[len(lead):] if t.startswith(lead) else "" for t in texts]
+
+        return whitespace_token_ids(self._decoded_vocab, special, decode_in_context)
+
+    @cached_property
     def _stop_ids(self) -> List[int]:
         ids = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
         vocab = self.tokenizer.get_vocab()
@@ -152,10 +213,10 @@ class LocalModel(ModelAPI):
         prompts = [self.encode(self.render(r.messages)) for r in requests]
         if not self.prefix_reuse:
             for ids, req in zip(prompts, requests):
-                hidden = self._forward_last([ids], cache=None)[0]
+                hidden, batch_cache = self._forward_last([ids], cache=None)
                 self.tokens_computed += len(ids)
                 self.tokens_requested += len(ids)
-                yield req, self._distribution(hidden, req.answers, len(ids))
+                yield req, self._distributions(hidden, batch_cache, [len(ids)], [req])[0]
             return
         cache, cache_len = None, 0
         for step in schedule(prompts, max_batch=self.max_batch):
@@ -168,11 +229,13 @@ class LocalModel(ModelAPI):
                 self.tokens_computed += step.end - step.start
                 continue
             suffixes = [prompts[i][step.start:] for i in step.prompts]
-            hidden = self._forward_last(suffixes, cache=cache if step.start else None)
+            hidden, batch_cache = self._forward_last(suffixes, cache=cache if step.start else None)
             self.tokens_computed += sum(map(len, suffixes))
-            for i, row in zip(step.prompts, hidden):
+            lengths = [len(prompts[i]) for i in step.prompts]
+            batch = self._distributions(hidden, batch_cache, lengths, [requests[i] for i in step.prompts])
+            for i, dist in zip(step.prompts, batch):
                 self.tokens_requested += len(prompts[i])
-                yield requests[i], self._distribution(row, requests[i].answers, len(prompts[i]))
+                yield requests[i], dist
 
     def _extend(self, ids: List[int], cache):
         torch = self.torch
@@ -186,8 +249,9 @@ class LocalModel(ModelAPI):
 
     def _forward_last(self, suffixes: List[List[int]], cache):
         """The last hidden state after each suffix, all in one right-padded batch on top of a copy
-        of the shared prefix's cache. With right padding no real token attends to a pad (attention
-        is causal), so no mask is needed; each row is read at its last real token."""
+        of the shared prefix's cache, and the batch's own cache (for a second position). With right
+        padding no real token attends to a pad (attention is causal), so no mask is needed; each row
+        is read at its last real token."""
         torch = self.torch
         width = max(map(len, suffixes))
         pad = self._stop_ids[0]
@@ -197,8 +261,28 @@ class LocalModel(ModelAPI):
             if len(suffixes) > 1:
                 cache.batch_repeat_interleave(len(suffixes))
         with torch.inference_mode():
-            hidden = self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=cache is not None)
-            return hidden.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
+            out = self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True)
+            last = out.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
+        return last, out.past_key_values
+
+    def _second_position(self, cache, lengths: List[int], picks: List[Tuple[int, int]]):
+        """The hidden state one position on, for each (row, token) in `picks`: the row's prompt plus
+        that token, in one batch on the first batch's cache (consumed: no prompt is recomputed). The
+        rows are right-padded to the cache's width, so the mask hides each row's padding and its
+        position ids continue from the row's own length."""
+        torch = self.torch
+        width = cache.get_seq_length()
+        cache.batch_select_indices(torch.tensor([row for row, _ in picks], device=self.device))
+        mask = torch.zeros(len(picks), width + 1, dtype=torch.long, device=self.device)
+        for k, (row, _) in enumerate(picks):
+            mask[k, : lengths[row]] = 1
+        mask[:, width] = 1
+        with torch.inference_mode():
+            out = self.model.get_decoder()(
+                input_ids=torch.tensor([[tok] for _, tok in picks], device=self.device), attention_mask=mask,
+                position_ids=torch.tensor([[lengths[row]] for row, _ in picks], device=self.device),
+                past_key_values=cache, use_cache=True)
+            return out.last_hidden_state[:, -1]
 
     @cached_property
     def _head_fp32(self):
@@ -208,7 +292,8 @@ class LocalModel(ModelAPI):
         bias = getattr(head, "bias", None)
         return head.weight.detach().float(), None if bias is None else bias.detach().float()
 
-    def _distribution(self, hidden, answers: Sequence[str], n_prompt: int) -> AnswerDistribution:
+    def _probs(self, hidden):
+        """The next-token distribution of one hidden state (one row at a time, as it always was read)."""
         torch = self.torch
         weight, bias = self._head_fp32
         with torch.inference_mode():
@@ -218,12 +303,35 @@ class LocalModel(ModelAPI):
             cap = getattr(self.model.config, "final_logit_softcapping", None)
             if cap:
                 logits = cap * torch.tanh(logits / cap)
-            probs = torch.softmax(logits, dim=-1)
-            per_answer = {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}
+            return torch.softmax(logits, dim=-1)
+
+    def _answer_probs(self, probs, answers: Sequence[str]) -> Dict[str, float]:
+        return {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}
+
+    def _distributions(self, hidden, cache, lengths: List[int], requests: Sequence[AnswerRequest]
+                       ) -> List[AnswerDistribution]:
+        """One batch's answer distributions, from its last hidden states and its cache; the rows
+        whose whitespace-only tokens carry enough mass get a second position (split answers)."""
+        dists, picks = [], []
+        for row, (h, req) in enumerate(zip(hidden, requests)):
+            probs = self._probs(h)
             top = probs.topk(5)
-        top_tokens = [(self._decoded_vocab[i], round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist())]
-        return AnswerDistribution(probs=per_answer, method="full_distribution", top_tokens=top_tokens,
-                                  prompt_tokens=n_prompt)
+            top_tokens = [(self._decoded_vocab[i], round(float(p), 6))
+                          for p, i in zip(top.values, top.indices.tolist())]
+            dists.append(AnswerDistribution(probs=self._answer_probs(probs, req.answers), method=FULL_METHOD,
+                                            top_tokens=top_tokens, prompt_tokens=lengths[row]))
+            ws = self._whitespace_ids
+            ws_probs = list(zip(ws, probs[ws].tolist())) if ws else []
+            picks += [(row, tok, p) for tok, p in split_tokens(ws_probs)]
+        if picks:
+            second = self._second_position(cache, lengths, [(row, tok) for row, tok, _ in picks])
+            for (row, _, p_ws), h in zip(picks, second):
+                dist = dists[row]
+                after = self._answer_probs(self._probs(h), requests[row].answers)
+                dist.probs = {a: dist.probs[a] + p_ws * after[a] for a in dist.probs}
+                dist.method = SPLIT_METHOD
+            self.second_positions += len({row for row, _, _ in picks})
+        return dists
 
     def close(self) -> None:
         self.model = None

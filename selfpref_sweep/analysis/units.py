@@ -1,0 +1,182 @@
+"""The points the regressions are fitted on, from the items of results.jsonl.
+
+- The paper's unit: one evaluator variant (base model + fine-tune task + N + fine-tune dataset) × dataset ×
+  setting × label condition, its recognition and its preference each averaged over the sources it judged
+  against (each source weighted alike, as the paper averages over the other sources).
+- The source level: one cell (a unit × one source).
+
+Both means of a point come from the same items: an item excluded in either question is left out of both,
+and counted. The paper unit's CIs come from an article-clustered bootstrap: whole articles are resampled
+(the same draw for every source of the unit, and for recognition and preference), so the items one
+article contributes across sources stay together.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+# The unit's coordinates; setting and label come first because nothing is ever pooled across them.
+UNIT_KEYS: tuple[str, ...] = ("setting", "label", "dataset", "evaluator_variant")
+# Cell attributes that are constant within a unit (the variant fixes them), carried onto the unit's row.
+_VARIANT_ATTRS = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "transfer", "is_finetuned")
+# The two scales: the paper's (the headline) and the position-debiased log-odds score.
+SCALES: dict[str, str] = {"paper": "score", "logodds": "logodds"}
+QUESTION_PREFIXES = ("rec", "pref")
+
+
+def kept_items(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """The items scored in both questions, and per cell how many were left out (excluded in either)."""
+    if items.empty:
+        return items.copy(), pd.Series(dtype=int)
+    both = (
+        ~items["rec_excluded"].astype(bool) & ~items["pref_excluded"].astype(bool)
+        & items["rec_score"].notna() & items["pref_score"].notna()
+    )
+    dropped = (~both).groupby(items["cell_id"]).sum().astype(int)
+    return items[both].copy(), dropped
+
+
+def key_frame(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    # A null coordinate is its own group ("null"), never dropped by groupby.
+    out = df.copy()
+    out[list(keys)] = out[list(keys)].astype(object).where(out[list(keys)].notna(), "null").astype(str)
+    return out
+
+
+def source_points(items: pd.DataFrame) -> pd.DataFrame:
+    """One row per cell: recognition and preference means (both scales) over the items kept in both."""
+    cols = ["cell_id", *UNIT_KEYS, "source", *_VARIANT_ATTRS, "n_items", "n_items_excluded",
+            *(f"{q}_{s}" for s in SCALES for q in QUESTION_PREFIXES)]
+    if items.empty:
+        return pd.DataFrame(columns=cols)
+    kept, dropped = kept_items(items)
+    first = key_frame(items, [*UNIT_KEYS, "source"]).groupby("cell_id", sort=False).first()
+    kept_by_cell = dict(list(kept.groupby("cell_id", sort=False)))
+    rows = []
+    for cell_id, attrs in first.iterrows():
+        sub = kept_by_cell.get(cell_id, kept.iloc[:0])
+        row = {"cell_id": cell_id, **{k: attrs[k] for k in (*UNIT_KEYS, "source", *_VARIANT_ATTRS)}}
+        row["n_items"] = int(len(sub))
+        row["n_items_excluded"] = int(dropped.get(cell_id, 0))
+        for scale, col in SCALES.items():
+            rec, pref = _paired(sub, col)
+            row[f"rec_{scale}"] = float(rec.mean()) if rec.size else math.nan
+            row[f"pref_{scale}"] = float(pref.mean()) if pref.size else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _paired(sub: pd.DataFrame, col: str) -> tuple[np.ndarray, np.ndarray]:
+    """Recognition and preference values of the items with both present on this scale (older sweeps have no
+    log-odds: then nothing)."""
+    rec, pref = sub[f"rec_{col}"].to_numpy(float), sub[f"pref_{col}"].to_numpy(float)
+    both = np.isfinite(rec) & np.isfinite(pref)
+    return rec[both], pref[both]
+
+
+def _unit_stat(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean over sources (axis 0) of each source's item mean over the articles (``axis``); a source with
+    no item in a resample sits that draw out."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a draw where every source is empty: NaN
+        return np.nanmean(sums.sum(axis=axis) / counts.sum(axis=axis), axis=0)
+
+
+def unit_mean_ci(
+    sub: pd.DataFrame, value_col: str, *, n_resamples: int, confidence: float, seed: int
+) -> tuple[float, float]:
+    """Percentile CI of the unit's mean over sources of per-source item means of ``value_col``, resampling
+    whole articles (NaN without at least 2 articles)."""
+    values = sub[value_col].to_numpy(float)
+    ok = np.isfinite(values)
+    articles, article_idx = np.unique(sub["article_id"].to_numpy(str)[ok], return_inverse=True)
+    if n_resamples <= 0 or articles.size < 2:  # one article: nothing to resample
+        return math.nan, math.nan
+    sources, source_idx = np.unique(sub["source"].to_numpy(str)[ok], return_inverse=True)
+    sums = np.zeros((sources.size, articles.size))  # sources × articles
+    counts = np.zeros_like(sums)
+    np.add.at(sums, (source_idx, article_idx), values[ok])
+    np.add.at(counts, (source_idx, article_idx), 1.0)
+    result = stats.bootstrap(
+        # batch bounds the memory (sources × batch × articles) of large sweeps.
+        (sums, counts), _unit_stat, paired=True, vectorized=True, axis=-1, n_resamples=n_resamples, batch=250,
+        confidence_level=confidence, method="percentile", random_state=np.random.default_rng(seed),
+    )
+    low, high = result.confidence_interval
+    return float(low), float(high)
+
+
+def unit_means(kept: pd.DataFrame) -> pd.DataFrame:
+    """Per unit (UNIT_KEYS), on each scale: the mean over sources of each source's mean over the kept items
+    (items with both questions present on that scale). Columns ``{rec,pref}_{scale}_mean``."""
+    keys = [*UNIT_KEYS, "source"]
+    out = []
+    for scale, col in SCALES.items():
+        rec, pref = kept[f"rec_{col}"], kept[f"pref_{col}"]
+        both = rec.notna() & pref.notna()
+        per_source = kept[both].groupby(keys, sort=True)[[f"rec_{col}", f"pref_{col}"]].mean()
+        per_unit = per_source.groupby(list(UNIT_KEYS), sort=True).mean()
+        out.append(per_unit.rename(columns={f"rec_{col}": f"rec_{scale}_mean", f"pref_{col}": f"pref_{scale}_mean"}))
+    return pd.concat(out, axis=1)
+
+
+def _competence_status(cells: pd.DataFrame) -> str:
+    """The judge-competence verdict of a unit's cells: "failed" if any failed, "passed" if all that ran
+    passed, "" when none recorded it."""
+    if cells.empty or "jc_passed" not in cells:
+        return ""
+    verdicts = [v for v in cells["jc_passed"] if isinstance(v, bool)]
+    if not verdicts:
+        return ""
+    return "failed" if not all(verdicts) else "passed"
+
+
+def paper_units(
+    items: pd.DataFrame, cells: pd.DataFrame | None = None, *, n_resamples: int = 2000,
+    confidence: float = 0.95, seed: int = 0,
+) -> pd.DataFrame:
+    """One row per evaluator variant × dataset × setting × label: recognition and preference averaged over
+    sources on the items kept in both questions, on both scales, with article-clustered bootstrap CIs.
+
+    ``n_resamples=0`` skips the bootstrap (the simulator's power curve needs the means only).
+    """
+    cols = [*UNIT_KEYS, *_VARIANT_ATTRS, "sources", "n_sources", "n_cells", "n_articles", "n_items",
+            "n_items_excluded", "judge_competence"]
+    cols += [f"{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES for k in ("mean", "ci_low", "ci_high")]
+    if items.empty:
+        return pd.DataFrame(columns=cols)
+    kept, dropped = kept_items(items)
+    kept = key_frame(kept, UNIT_KEYS)
+    means = unit_means(kept)
+    kept_by_unit = dict(list(kept.groupby(list(UNIT_KEYS), sort=True)))
+    rows = []
+    for key, all_sub in key_frame(items, UNIT_KEYS).groupby(list(UNIT_KEYS), sort=True):
+        sub = kept_by_unit.get(key, kept.iloc[:0])
+        cell_ids = sorted(all_sub["cell_id"].unique())
+        first = all_sub.iloc[0]
+        row: dict[str, Any] = dict(zip(UNIT_KEYS, key))
+        row.update({k: first[k] for k in _VARIANT_ATTRS})
+        row["sources"] = ", ".join(sorted(all_sub["source"].astype(str).unique()))
+        row["n_sources"] = int(sub["source"].nunique())
+        row["n_cells"] = len(cell_ids)
+        row["n_articles"] = int(sub["article_id"].nunique())
+        row["n_items"] = int(len(sub))
+        row["n_items_excluded"] = int(sum(int(dropped.get(c, 0)) for c in cell_ids))
+        row["judge_competence"] = (
+            _competence_status(cells[cells["cell_id"].isin(cell_ids)]) if cells is not None and not cells.empty else ""
+        )
+        for scale, col in SCALES.items():
+            both = sub[sub[f"rec_{col}"].notna() & sub[f"pref_{col}"].notna()]
+            for q in QUESTION_PREFIXES:
+                row[f"{q}_{scale}_mean"] = float(means[f"{q}_{scale}_mean"].get(key, math.nan)) if key in means.index else math.nan
+                # The same seed for both questions: the same article draws, so the two CIs are paired.
+                row[f"{q}_{scale}_ci_low"], row[f"{q}_{scale}_ci_high"] = unit_mean_ci(
+                    both, f"{q}_{col}", n_resamples=n_resamples, confidence=confidence, seed=seed)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,513 @@
+"""``python -m selfpref_sweep.simulate``: a planted-bias simulator for the sweep analysis.
+
+It writes a synthetic sweep (real cell directories with summary.json and results.jsonl in the record schema)
+whose evaluators have chosen effects, runs the analysis on it, and prints the recovered effects next to
+the planted ones and a power curve (the probability of detecting a slope ≠ 0, by number of articles).
+
+The judge it simulates, per item and question: a content signal s on the log-odds scale (the evaluator
+variant's planted mean, plus an article effect shared by every cell that judges the article, plus item
+noise), read through an additive position bias β that favours answer "1": P(own) = σ(s + β) when the own
+summary is first and σ(s − β) when it is second. The log-odds score recovers s; the paper's score
+½·[σ(s + β) + σ(s − β)] squashes it toward 0.5. Each variant's preference signal is
+intercept + slope · its recognition signal (control_slope for control fine-tunes), so the slope is planted
+exactly on the log-odds scale (and item_slope plants a within-variant, item-level one); on the paper's scale the planted values are the expectations of the
+paper's score (Gauss-Hermite quadrature), and the planted slope is the OLS line through them.
+
+The answer distributions go through the cell's own scoring stage (scoring.score_pair), so what the
+analysis reads is what a real cell would write for such a judge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+from scipy.special import expit
+
+from .analysis.fit import GROUPINGS, fit_formula
+from .analysis.load import evaluator_variant
+from .analysis.units import kept_items, unit_means
+from .competence import judge_passed
+from .models.base import AnswerDistribution
+from .record import RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, CellCoordinates, transfer_of
+from .results import exclusion_counts
+from .scoring import LOW_ANSWER_MASS, score_order, score_pair, summarize_question
+
+EVALUATOR = "simllm"
+CONTROL_TASKS = ("length", "vowel", "readability", "always_1", "random")
+RECOGNITION_NS = (2, 10, 50, 100, 200, 500)
+MIN_ANSWER_MASS = 0.5  # the cell's default; an excluded order gets a mass below it
+EXCLUDED_MASS = 0.3
+ALPHA = 0.05
+QUESTIONS = ("recognition", "preference")
+_PREFIX = {"recognition": "rec", "preference": "pref"}
+
+
+@dataclass(frozen=True)
+class SimulationSpec:
+    """What is planted. Signals are on the log-odds scale (0 = no bias)."""
+
+    n_articles: int = 40
+    sources: tuple[str, ...] = ("human", "paper_gpt4")
+    datasets: tuple[str, ...] = ("sim_xsum",)  # fine-tunes are on the first: in-domain there, cross-dataset elsewhere
+    setting: str = "pairwise"
+    label: str = "none"
+    include_base: bool = True
+    recognition_variants: int = 4  # recognition fine-tunes, N = 2, 10, 50, ...
+    control_variants: int = 4  # control fine-tunes (length, vowel, readability, always_1, random), N = 10
+    recognition_low: float = 0.0  # the variants' recognition signals, evenly spread over [low, high]
+    recognition_high: float = 1.0
+    slope: float = 0.5  # preference signal per unit of recognition signal (base and recognition fine-tunes)
+    control_slope: Optional[float] = None  # the same for control fine-tunes (None: = slope, no interaction)
+    intercept: float = 0.0  # preference signal at recognition signal 0
+    item_slope: float = 0.0  # within a variant: preference signal per unit of an item's recognition deviation
+    position_bias: float = 1.0  # β, toward answer "1"
+    noise: float = 1.0  # SD of each item's signal around its variant's mean
+    article_sd: float = 0.3  # SD of the article effect shared across sources and variants
+    exclusion_rate: float = 0.0  # chance that a question of an item falls under min_answer_mass
+    competence: float = 3.0  # the judge-competence control's signal (log-odds of a correct answer)
+    failing_judges: int = 0  # the first k variants get competence 0: they fail the control
+    competence_threshold: float = 0.6
+    n_resamples: int = 500  # the cells' article-level bootstrap
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_articles < 1:
+            raise ValueError("n_articles must be at least 1")
+        if not self.sources or not self.datasets:
+            raise ValueError("at least one source and one dataset are needed")
+        if self.recognition_variants > len(RECOGNITION_NS):
+            raise ValueError(f"at most {len(RECOGNITION_NS)} recognition variants (N = {RECOGNITION_NS})")
+        if not 0.0 <= self.exclusion_rate < 1.0:
+            raise ValueError("exclusion_rate must be in [0, 1)")
+        if min(self.noise, self.article_sd) < 0:
+            raise ValueError("noise and article_sd must be >= 0")
+
+    @property
+    def effective_control_slope(self) -> float:
+        return self.slope if self.control_slope is None else self.control_slope
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One evaluator variant and its planted signals."""
+
+    finetune_task: str
+    finetune_n_articles: Optional[int]
+    recognition: float
+    preference: float
+    competence: float
+
+    def coordinates(self, spec: SimulationSpec, source: str, dataset: str) -> CellCoordinates:
+        tuned = self.finetune_task != "none"
+        ft_dataset = spec.datasets[0] if tuned else None
+        return CellCoordinates(
+            evaluator=EVALUATOR, source=source, dataset=dataset, setting=spec.setting, label=spec.label,
+            finetune_task=self.finetune_task, finetune_dataset=ft_dataset,
+            finetune_n_articles=self.finetune_n_articles,
+            transfer=transfer_of(self.finetune_task, ft_dataset, dataset).value,
+        )
+
+
+def variants(spec: SimulationSpec) -> list[Variant]:
+    """Base (if any), then recognition and control fine-tunes interleaved, so that both kinds span the
+    recognition range."""
+    recognition = [("recognition", n) for n in RECOGNITION_NS[: spec.recognition_variants]]
+    controls = [(CONTROL_TASKS[i % len(CONTROL_TASKS)], 10 * (1 + i // len(CONTROL_TASKS)))
+                for i in range(spec.control_variants)]
+    order: list[tuple[str, Optional[int]]] = [("none", None)] if spec.include_base else []
+    for i in range(max(len(recognition), len(controls))):
+        order += recognition[i:i + 1] + controls[i:i + 1]
+    signals = np.linspace(spec.recognition_low, spec.recognition_high, len(order)) if order else []
+    out = []
+    for k, ((task, n), rec) in enumerate(zip(order, signals)):
+        slope = spec.effective_control_slope if task not in ("none", "recognition") else spec.slope
+        out.append(Variant(task, n, float(rec), float(spec.intercept + slope * rec),
+                           0.0 if k < spec.failing_judges else spec.competence))
+    return out
+
+
+# --- the planted values on both scales ------------------------------------------------------------
+
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # E[f(Z)], Z ~ N(0, 1) = Σ w f(node) / √(2π)
+
+
+def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "recognition") -> float:
+    """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise: the paper-scale value a
+    variant's unit converges to."""
+    sd = math.hypot(spec.noise, spec.article_sd)
+    if question == "preference":  # it also carries item_slope × the recognition deviation
+        sd *= math.sqrt(1.0 + spec.item_slope ** 2)
+    s = signal + sd * _NODES
+    values = 0.5 * (expit(s + spec.position_bias) + expit(s - spec.position_bias))
+    return float(np.sum(_WEIGHTS * values) / math.sqrt(2 * math.pi))
+
+
+def planted_units(spec: SimulationSpec) -> pd.DataFrame:
+    """The planted value of every paper unit (variant × dataset), on both scales."""
+    rows = []
+    for v in variants(spec):
+        base = {"evaluator_variant": evaluator_variant({**asdict(v.coordinates(spec, "", "")), "own_summaries": ""}),
+                "finetune_task": v.finetune_task}
+        for dataset in spec.datasets:
+            rows.append({**base, "dataset": dataset, "transfer": v.coordinates(spec, "", dataset).transfer,
+                         "rec_logodds": v.recognition, "pref_logodds": v.preference,
+                         "rec_paper": expected_paper_score(v.recognition, spec, "recognition"),
+                         "pref_paper": expected_paper_score(v.preference, spec, "preference")})
+    return pd.DataFrame(rows)
+
+
+def planted_effects(spec: SimulationSpec) -> dict[str, dict[str, float]]:
+    """The headline slope, intercept and r, and the interaction, that the analysis should recover, per scale."""
+    units = planted_units(spec)
+    out: dict[str, dict[str, float]] = {}
+    for scale in ("paper", "logodds"):
+        x, y = units[f"rec_{scale}"].to_numpy(), units[f"pref_{scale}"].to_numpy()
+        effects = {"slope": math.nan, "intercept": math.nan, "r": math.nan, "interaction": math.nan}
+        if len(units) >= 2 and np.ptp(x) > 0:
+            fit = stats.linregress(x, y)
+            effects.update(slope=float(fit.slope), intercept=float(fit.intercept),
+                           r=float(fit.rvalue) if np.ptp(y) > 0 else math.nan)
+        tuned = units[units["finetune_task"] != "none"]
+        is_rec = (tuned["finetune_task"] == "recognition").to_numpy()
+        slopes = []
+        for mask in (is_rec, ~is_rec):
+            xs, ys = tuned[f"rec_{scale}"].to_numpy()[mask], tuned[f"pref_{scale}"].to_numpy()[mask]
+            slopes.append(float(stats.linregress(xs, ys).slope) if xs.size >= 2 and np.ptp(xs) > 0 else math.nan)
+        effects["interaction"] = slopes[0] - slopes[1]
+        out[scale] = effects
+    return out
+
+
+# --- drawing items --------------------------------------------------------------------------------
+
+
+def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optional[int] = None) -> pd.DataFrame:
+    """Every item of the sweep in the analysis' item columns, plus the per-order probabilities the cell
+    files are written from. Column arrays built with numpy, one frame at the end: the power curve draws
+    thousands of sweeps."""
+    n = spec.n_articles if n_articles is None else n_articles
+    columns: dict[str, list] = {}
+
+    def add(name: str, values: Any) -> None:
+        columns.setdefault(name, []).append(np.broadcast_to(np.asarray(values, dtype=object if isinstance(
+            values, (str, type(None))) else None), (n,)))
+
+    for dataset in spec.datasets:
+        articles = np.array([f"{dataset}-{i:04d}" for i in range(n)], dtype=object)
+        effects = {q: rng.normal(0.0, spec.article_sd, n) for q in (*QUESTIONS, "competence")}
+        for v in variants(spec):
+            for source in spec.sources:
+                coords = asdict(v.coordinates(spec, source, dataset))
+                name = evaluator_variant({**coords, "own_summaries": ""})
+                for key, value in {**coords, "evaluator_variant": name, "own_summaries": "",
+                                   "is_finetuned": v.finetune_task != "none",
+                                   "cell_id": f"{name}|{source}|{dataset}"}.items():
+                    add(key, value)
+                add("article_id", articles)
+                deviation = np.zeros(n)  # the item's recognition signal minus its variant's mean
+                for q, mean in (("recognition", v.recognition), ("preference", v.preference),
+                                ("competence", v.competence)):
+                    p = _PREFIX.get(q, "comp")
+                    signal = mean + effects[q] + rng.normal(0.0, spec.noise, n)
+                    if q == "recognition":
+                        deviation = signal - mean
+                    elif q == "preference":
+                        signal = signal + spec.item_slope * deviation
+                    forward, backward = expit(signal + spec.position_bias), expit(signal - spec.position_bias)
+                    excluded = rng.random(n) < (spec.exclusion_rate if q != "competence" else 0.0)
+                    add(f"{p}_p_forward", forward)  # own (or correct) summary first
+                    add(f"{p}_p_backward", backward)
+                    add(f"{p}_mass_forward", np.where(excluded, EXCLUDED_MASS, 1.0))
+                    add(f"{p}_excluded", excluded)
+                    add(f"{p}_exclusion_reason", np.where(excluded, LOW_ANSWER_MASS, None))
+                    add(f"{p}_score", np.where(excluded, np.nan, 0.5 * (forward + backward)))
+                    add(f"{p}_logodds", np.where(excluded, np.nan, signal))
+    return pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
+
+
+# --- writing the sweep ----------------------------------------------------------------------------
+
+
+def _verdict(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """The cell's verdict for one question, through the scoring stage (own summary first, then second)."""
+    mass_f = float(row[f"{prefix}_mass_forward"])
+    pf, pb = float(row[f"{prefix}_p_forward"]), float(row[f"{prefix}_p_backward"])
+    forward = score_order(AnswerDistribution({"1": mass_f * pf, "2": mass_f * (1 - pf)}, "simulated"), 1)
+    backward = score_order(AnswerDistribution({"1": 1 - pb, "2": pb}, "simulated"), 2)
+    return score_pair(forward, backward, MIN_ANSWER_MASS)  # with the paper's score and the log-odds score
+
+
+def _question_block(records: list[dict], question: str, spec: SimulationSpec) -> dict[str, Any]:
+    # The cell's own summary statistics: the paper's score, the log-odds score, the smallest detectable effect.
+    return summarize_question(records, question, spec.n_resamples, 0.95, spec.seed)
+
+
+def _competence_block(records: list[dict], spec: SimulationSpec) -> dict[str, Any]:
+    """summary.json's judge_competence, by the cell's own statistics and pass rule."""
+    rows = [{"article_id": r["article_id"], "competence": r["competence"]} for r in records]
+    stats_ = summarize_question(rows, "competence", spec.n_resamples, 0.95, spec.seed)
+    return {"enabled": True, **stats_, "threshold": spec.competence_threshold,
+            "passed": judge_passed(stats_, spec.competence_threshold), "calls_sampled": 2 * len(records)}
+
+
+def _plain(value: Any) -> Any:
+    """A frame value as the record writes it: None for a missing one, int for a whole number."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return int(value) if float(value).is_integer() else float(value)
+    return value
+
+
+def write_sweep(spec: SimulationSpec, out_dir: Path) -> pd.DataFrame:
+    """Write the synthetic sweep into ``out_dir`` (one numbered cell directory per variant × source ×
+    dataset, plus simulation.json with what was planted); returns the drawn items."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty: the simulator writes a fresh sweep")
+    items = draw_items(spec, np.random.default_rng(spec.seed))
+    keys = list(CellCoordinates.__dataclass_fields__)
+    for job, (_, cell) in enumerate(items.groupby("cell_id", sort=False)):
+        first = cell.iloc[0]
+        coords = CellCoordinates(**{k: _plain(first[k]) for k in keys})
+        cell_dir = out_dir / str(job)
+        (cell_dir / ".hydra").mkdir(parents=True)
+        overrides = [f"evaluator={EVALUATOR}", f"source={coords.source}", f"dataset={coords.dataset}",
+                     f"setting={coords.setting}", f"label={coords.label}"]
+        if coords.finetune_task != "none":
+            overrides += [f"finetune_task={coords.finetune_task}",
+                          f"finetune_task.n_articles={coords.finetune_n_articles}",
+                          f"finetune_dataset={coords.finetune_dataset}"]
+        (cell_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides), encoding="utf-8")
+        records = []
+        for row in cell.to_dict("records"):
+            records.append({
+                "article_id": row["article_id"], "evaluator": EVALUATOR, "source": coords.source,
+                "dataset": coords.dataset, "article": f"(simulated article {row['article_id']})",
+                "article_truncated": False, "own_summary": "(simulated own summary)",
+                "other_summary": f"(simulated {coords.source} summary)",
+                "recognition": _verdict(row, "rec"), "preference": _verdict(row, "pref"),
+                "competence": _verdict(row, "comp"),
+            })
+        summary = {
+            "status": STATUS_COMPLETE, "cell": coords.to_json(), "n_articles": len(records), "n_items": len(records),
+            "n_excluded": sum(any(r[q]["excluded"] for q in QUESTIONS) for r in records),
+            "exclusions": exclusion_counts(records, QUESTIONS),
+            **{q: _question_block(records, q, spec) for q in QUESTIONS},
+            "judge_competence": _competence_block(records, spec),
+            "own_summaries": {"kind": "generated", "name": EVALUATOR},
+            "min_answer_mass": MIN_ANSWER_MASS, "warnings": ["simulated cell (python -m selfpref_sweep.simulate)"],
+            "model_calls": 0, "elapsed_s": 0.0,
+        }
+        summary["position_consistency"] = {q: summary[q]["position_consistency"] for q in QUESTIONS}
+        (cell_dir / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        (cell_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    planted = {"spec": asdict(spec), "effects": planted_effects(spec),
+               "units": planted_units(spec).to_dict(orient="records")}
+    (out_dir / "simulation.json").write_text(json.dumps(planted, indent=2), encoding="utf-8")
+    return items
+
+
+# --- power ----------------------------------------------------------------------------------------
+
+
+def reliability(spec: SimulationSpec) -> float:
+    """var(true recognition) / (var(true) + the sampling variance of a unit's mean), log-odds scale: the factor
+    by which noisy recognition means attenuate the fitted slope. (The article effect is shared by every unit
+    of a dataset, so it shifts them together and does not count as noise.)"""
+    x = np.array([v.recognition for v in variants(spec)])
+    if x.size < 2:
+        return math.nan
+    true_var = float(np.var(x, ddof=1))
+    error_var = spec.noise ** 2 / (spec.n_articles * len(spec.sources))
+    return true_var / (true_var + error_var) if true_var + error_var > 0 else math.nan
+
+
+def headline_slope_p(items: pd.DataFrame, scale: str) -> float:
+    """The headline fit's slope p-value (paper units, all datasets of the one setting × label)."""
+    kept, _ = kept_items(items)
+    means = unit_means(kept).reset_index()
+    fit = fit_formula(pd.DataFrame({"recognition": means[f"rec_{scale}_mean"], "preference": means[f"pref_{scale}_mean"]}),
+                      group_by=GROUPINGS[0][0], scale=scale)
+    return fit.slope_p if fit.ok else math.nan
+
+
+def power_curve(spec: SimulationSpec, article_counts: Sequence[int], reps: int, seed: int = 1) -> pd.DataFrame:
+    """P(headline slope ≠ 0 at α = 0.05), per number of articles, on both scales, over ``reps`` draws."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in article_counts:
+        hits = {"paper": 0, "logodds": 0}
+        for _ in range(reps):
+            items = draw_items(spec, rng, n)
+            for scale in hits:
+                p = headline_slope_p(items, scale)
+                hits[scale] += int(math.isfinite(p) and p < ALPHA)
+        rows.append({"n_articles": int(n), "power_paper": hits["paper"] / reps,
+                     "power_logodds": hits["logodds"] / reps, "reps": reps})
+    return pd.DataFrame(rows)
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+
+def _fmt(x: float) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.3f}"
+
+
+def _inside(value: float, low: float, high: float) -> str:
+    if not all(map(math.isfinite, (value, low, high))):
+        return "—"
+    return "yes" if low <= value <= high else "NO"
+
+
+def comparison_text(spec: SimulationSpec, result: Any) -> str:
+    """Planted vs recovered: the headline slope (and intercept and r), the interaction, the item-level
+    within-variant slope, and every paper unit."""
+    effects = planted_effects(spec)
+    group = f"{spec.setting} / {spec.label}"
+
+    def row(scale: str, name: str, planted: float, est: float, lo: float, hi: float, check: bool = True) -> str:
+        est_txt = f"{_fmt(est)} [{_fmt(lo)}, {_fmt(hi)}]"
+        return f"  {scale:<9} {name:<22} {_fmt(planted):>8}  {est_txt:<26} {_inside(planted, lo, hi) if check else ''}"
+
+    lines = [f"Planted vs recovered ({group}), 95% CIs",
+             f"  {'scale':<9} {'quantity':<22} {'planted':>8}  {'recovered [95% CI]':<26} inside"]
+    for f in result.unit_fits:
+        if f.group_by == GROUPINGS[0][0] and f.group == group:
+            planted = effects[f.scale]
+            lines.append(row(f.scale, "headline slope", planted["slope"], f.slope, f.slope_ci_low, f.slope_ci_high)
+                         + ("" if f.ok else f"not fitted: {f.note}"))
+            lines.append(row(f.scale, "headline intercept", planted["intercept"], f.intercept, f.intercept_ci_low,
+                             f.intercept_ci_high, check=False))
+            lines.append(row(f.scale, "headline r", planted["r"], f.r, f.r_ci_low, f.r_ci_high, check=False))
+    for r in result.interactions:
+        if r.group == group and r.group_by == GROUPINGS[0][0]:
+            lines.append(row(r.scale, f"interaction ({r.level})", effects[r.scale]["interaction"], r.estimate,
+                             r.ci_low, r.ci_high) + ("" if r.ok else f"not fitted: {r.note}"))
+    for f in result.robustness_fits:
+        if f.level == "item" and f.scale == "logodds" and f.group == group and f.group_by == GROUPINGS[0][0]:
+            lines.append(row(f.scale, "item slope (within)", spec.item_slope, f.slope, f.slope_ci_low, f.slope_ci_high))
+    lines += ["  (intercept and r: the planted values are those of noise-free units; every unit shares the same",
+              "  articles, so their common draw moves the intercept by more than its CI allows, and noise lowers r)",
+              f"  Reliability of the units' recognition means ≈ {_fmt(reliability(spec))}: noise in them pulls the",
+              "  fitted slope toward 0 by about this factor (errors in variables); spread the variants further",
+              "  apart or add articles to raise it."]
+    planted_units_ = planted_units(spec).set_index(["evaluator_variant", "dataset"])
+    lines += ["", "Paper units (recognition; preference; paper's scale): planted vs recovered [95% CI]"]
+    for _, u in result.units.iterrows():
+        key = (u["evaluator_variant"], u["dataset"])
+        if key not in planted_units_.index:
+            continue
+        p = planted_units_.loc[key]
+        parts = [f"{_fmt(p[f'{q}_paper'])} vs {_fmt(u[f'{q}_paper_mean'])} "
+                 f"[{_fmt(u[f'{q}_paper_ci_low'])}, {_fmt(u[f'{q}_paper_ci_high'])}]" for q in ("rec", "pref")]
+        lines.append(f"  {u['evaluator_variant']} on {u['dataset']}: " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def _floats(text: str) -> tuple[float, float]:
+    low, high = (float(x) for x in text.split(","))
+    return low, high
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = SimulationSpec()
+    p = argparse.ArgumentParser(
+        prog="python -m selfpref_sweep.simulate",
+        description="Write a synthetic sweep with planted self-recognition and self-preference effects, run the "
+                    "analysis on it, and print the recovered effects next to the planted ones and a power curve. "
+                    "Signals are on the log-odds scale (0 = no bias).",
+    )
+    p.add_argument("--out", type=Path, required=True, help="a new (or empty) directory for the synthetic sweep")
+    p.add_argument("--n-articles", type=int, default=d.n_articles, help="articles per cell (default %(default)s)")
+    p.add_argument("--sources", default=",".join(d.sources), help="comma-separated source names (default %(default)s)")
+    p.add_argument("--datasets", default=",".join(d.datasets),
+                   help="comma-separated dataset names; fine-tunes are on the first (default %(default)s)")
+    p.add_argument("--setting", default=d.setting,
+                   help="the setting the cells record, for the analysis' grouping; the simulated judge answers "
+                        "pairwise either way (default %(default)s)")
+    p.add_argument("--label", default=d.label, help="the label condition the cells record (default %(default)s)")
+    p.add_argument("--no-base", action="store_true", help="no base-model evaluator")
+    p.add_argument("--recognition-variants", type=int, default=d.recognition_variants,
+                   help="recognition fine-tunes (default %(default)s)")
+    p.add_argument("--control-variants", type=int, default=d.control_variants,
+                   help="control fine-tunes (default %(default)s)")
+    p.add_argument("--recognition-range", type=_floats, default=(d.recognition_low, d.recognition_high),
+                   metavar="LOW,HIGH", help="the variants' recognition signals, evenly spread (default 0,1)")
+    p.add_argument("--slope", type=float, default=d.slope,
+                   help="preference signal per unit of recognition signal (default %(default)s)")
+    p.add_argument("--control-slope", type=float, default=None,
+                   help="the same for control fine-tunes (default: --slope, no interaction)")
+    p.add_argument("--intercept", type=float, default=d.intercept, help="preference signal at recognition 0")
+    p.add_argument("--item-slope", type=float, default=d.item_slope,
+                   help="within a variant, preference signal per unit of an item's recognition deviation "
+                        "(default %(default)s)")
+    p.add_argument("--position-bias", type=float, default=d.position_bias,
+                   help="additive log-odds bias toward answer '1' (default %(default)s)")
+    p.add_argument("--noise", type=float, default=d.noise, help="item-level SD of the signals (default %(default)s)")
+    p.add_argument("--article-sd", type=float, default=d.article_sd,
+                   help="SD of the article effect shared across cells (default %(default)s)")
+    p.add_argument("--exclusion-rate", type=float, default=d.exclusion_rate,
+                   help="chance a question of an item is excluded (low answer mass) (default %(default)s)")
+    p.add_argument("--competence", type=float, default=d.competence,
+                   help="judge-competence signal of a competent judge (default %(default)s)")
+    p.add_argument("--failing-judges", type=int, default=d.failing_judges,
+                   help="the first k variants fail the competence control (default %(default)s)")
+    p.add_argument("--bootstrap", type=int, default=d.n_resamples, help="bootstrap resamples per cell")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--power-articles", default="5,10,20,40",
+                   help="article counts of the power curve, comma-separated; empty: no power curve")
+    p.add_argument("--power-reps", type=int, default=50, help="simulated sweeps per article count (default %(default)s)")
+    return p
+
+
+def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
+    return SimulationSpec(
+        n_articles=args.n_articles, sources=tuple(s for s in args.sources.split(",") if s),
+        datasets=tuple(s for s in args.datasets.split(",") if s), setting=args.setting, label=args.label,
+        include_base=not args.no_base, recognition_variants=args.recognition_variants,
+        control_variants=args.control_variants, recognition_low=args.recognition_range[0],
+        recognition_high=args.recognition_range[1], slope=args.slope, control_slope=args.control_slope,
+        intercept=args.intercept, item_slope=args.item_slope, position_bias=args.position_bias, noise=args.noise, article_sd=args.article_sd,
+        exclusion_rate=args.exclusion_rate, competence=args.competence, failing_judges=args.failing_judges,
+        n_resamples=args.bootstrap, seed=args.seed,
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        counts = [int(x) for x in args.power_articles.split(",") if x.strip()]
+        write_sweep(spec, args.out)
+    except (ValueError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from .analysis.pipeline import run_analysis
+
+    result = run_analysis([args.out], wandb_cfg={"mode": "disabled"})
+    print(f"Synthetic sweep: {args.out} (planted values in {args.out / 'simulation.json'})")
+    print(f"Report:          {result.report_html}")
+    print()
+    print(comparison_text(spec, result))
+    if counts:
+        curve = power_curve(spec, counts, args.power_reps, seed=spec.seed + 1)
+        print()
+        print(f"Power: P(headline slope ≠ 0 at α = {ALPHA}) over {args.power_reps} simulated sweeps per row")
+        print(curve.rename(columns={"n_articles": "articles per cell", "power_paper": "paper scale",
+                                    "power_logodds": "log-odds scale"}).drop(columns="reps").to_string(index=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
