@@ -1,6 +1,7 @@
 """One cell of the experiment matrix: a short composition of the stages, plus its files and W&B run.
 
     articles -> summaries (own, other) -> pairs -> judge requests -> answer distributions -> scores -> record
+                                                -> familiarity (the judge's log-likelihood of each summary)
 
 Each stage lives in the module named after it (articles, summaries, pairs, judging, scoring, results);
 plan mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
@@ -18,6 +19,7 @@ from .competence import CompetenceControl, competence_requests, control_summarie
 from .config import ModelConfig
 from .data import Dataset, load_dataset, selection_warnings
 from .errors import ConfigError, DataError
+from .familiarity import familiarity_requests, measure_familiarity
 from .files import atomic_write_json, atomic_write_jsonl
 from .finetune import drop_training_articles, prepare_finetuned_evaluator
 from .judging import answer_distributions, judge_requests
@@ -63,9 +65,14 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
         control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
                                       spec.seed)
+        familiarity = familiarity_requests(judge, finetune.model if finetune else spec.evaluator, spec.judge,
+                                           spec.prompts, dataset.task, selection.usable, pairs.pairs,
+                                           spec.summaries.max_new_tokens)
         verdicts, competence = judge_pairs(spec, judge, pairs, control)
-        items = item_records(spec, selection, own, other, pairs, verdicts, competence)
-        summary = cell_summary(spec, items, selection, warnings, control, competence, [own, other, shown])
+        measure_familiarity(judge, familiarity)
+        items = item_records(spec, selection, own, other, pairs, verdicts, competence, familiarity)
+        summary = cell_summary(spec, items, selection, warnings, control, competence, [own, other, shown],
+                               familiarity)
         if finetune is not None:
             summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_dropped}
             if spec.finetune.settings.inverse_check:

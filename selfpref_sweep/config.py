@@ -48,6 +48,12 @@ class CompetenceMode(str, Enum):
     off = "off"
 
 
+class FamiliarityMode(str, Enum):
+    auto = "auto"  # on where the judge's backend can score given text (local), off elsewhere (APIs)
+    on = "on"
+    off = "off"
+
+
 class CompetenceSummaries(str, Enum):
     """Whose summaries the judge-competence control shows (the article's, and another article's)."""
 
@@ -292,6 +298,9 @@ class JudgeConfig:
     competence_sample: int = 0  # at most this many articles get the control (seeded); 0 = every judged one
     # The judge passes when its mean P(correct) is at least this and its CI excludes 0.5.
     competence_threshold: float = 0.6
+    # Familiarity, a rival explanation: the judge's mean token log-likelihood of each summary given the
+    # article and the summarization prompt. auto: on where the judge's backend can score text (local).
+    familiarity: FamiliarityMode = FamiliarityMode.auto
 
 
 @dataclass

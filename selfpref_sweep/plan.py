@@ -19,11 +19,12 @@ from .articles import select_articles
 from .competence import competence_requests, control_summaries
 from .config import ModelConfig
 from .data import load_dataset, selection_warnings
+from .familiarity import familiarity_requests, measure_familiarity
 from .files import atomic_write_json
 from .finetune import finetune_plan, format_plan, planned_judge
 from .judging import answer_distributions, flatten, judge_requests
 from .models import backend_class
-from .models.base import AnswerDistribution, Generation, unique
+from .models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
 from .models.cached import CachedModel, stored_result
 from .pairs import assign_labels, make_pairs
 from .preflight import cell_preflight, finetune_cost, grid_preflight
@@ -50,9 +51,11 @@ def _tokens(text: str) -> int:
 
 
 def request_tokens(req) -> int:
+    """A request's estimated prompt tokens (a scored continuation included: it runs through the model too)."""
+    scored = _tokens(req.continuation) if getattr(req, "continuation", None) else 0
     if getattr(req, "messages", None):
-        return sum(_tokens(m.content) for m in req.messages) + CHAT_TEMPLATE_TOKENS
-    return _tokens(req.prompt or "")
+        return sum(_tokens(m.content) for m in req.messages) + CHAT_TEMPLATE_TOKENS + scored
+    return _tokens(req.prompt or "") + scored
 
 
 class PlanningModel:
@@ -89,6 +92,9 @@ class PlanningModel:
     def answer_distributions(self, requests, desc: str = "") -> Dict:
         return self._serve(requests, lambda r: AnswerDistribution({a: 1.0 / len(r.answers) for a in r.answers},
                                                                   "planned"), 1)
+
+    def sequence_logprobs(self, requests, desc: str = "") -> Dict:
+        return self._serve(requests, lambda r: SequenceLogprobs(total=-1.0, n_tokens=1, prompt_tokens=0), 0)
 
     def close(self) -> None:
         pass
@@ -137,6 +143,9 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
                                       spec.seed)
         answer_distributions(judge, [*requests, *control.items])
+        familiarity = measure_familiarity(judge, familiarity_requests(
+            judge, tuned or spec.evaluator, spec.judge, spec.prompts, dataset.task, selection.usable, pairs.pairs,
+            spec.summaries.max_new_tokens))
     finally:
         store.close()
     judge_prompts = flatten(requests)
@@ -159,6 +168,9 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         "finetune": ft_plan,
         # the competence control's judge requests (cached or not), included in uncached_calls above
         "judge_competence": {"enabled": control.enabled, "requests": control.n_requests, "reason": control.reason},
+        # the familiarity stage's scoring requests (cached or not), included in uncached_calls above
+        "familiarity": {"enabled": familiarity.enabled, "requests": len(familiarity.flat()),
+                        "reason": familiarity.reason},
         "preflight": [w.to_json() for w in preflight],
         "by_model": {role: m.summary() for role, m in models.items()},
     }

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from .articles import ArticleSelection
 from .competence import QUESTION as COMPETENCE, CompetenceControl, format_competence, summarize_competence
+from .familiarity import FIELD as FAMILIARITY, FamiliarityStage, format_familiarity, summarize_familiarity
 from .pairs import PairSet
 from .record import EXCLUDED, EXCLUSION_REASON, LOGODDS, STATUS_COMPLETE
 from .scoring import summarize_question, unjudged
@@ -17,10 +18,11 @@ from .summaries import SummarySet, own_origin
 
 
 def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet,
-                 verdicts: Sequence[Dict[str, dict]], competence: Optional[Mapping[str, dict]] = None
-                 ) -> List[Dict[str, Any]]:
+                 verdicts: Sequence[Dict[str, dict]], competence: Optional[Mapping[str, dict]] = None,
+                 familiarity: Optional[FamiliarityStage] = None) -> List[Dict[str, Any]]:
     """Every selected article, judged or with the reason it could not be (never dropped); the competence
-    control's verdict where the article got the control."""
+    control's verdict where the article got the control; the familiarity record (null when the stage is off
+    or the article has no pair)."""
     judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
     c = spec.coordinates
     items = []
@@ -32,6 +34,8 @@ def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, o
                       "other_summary": other.texts.get(a.id), **item_verdicts})
         if competence and a.id in competence:
             items[-1][COMPETENCE] = competence[a.id]
+        if familiarity is not None:
+            items[-1][FAMILIARITY] = familiarity.records.get(a.id)
     return items
 
 
@@ -46,16 +50,20 @@ def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) 
 
 def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection,
                  warnings: Sequence[str] = (), control: Optional[CompetenceControl] = None,
-                 competence: Optional[Mapping[str, dict]] = None, summary_sets: Sequence[SummarySet] = ()
-                 ) -> Dict[str, Any]:
+                 competence: Optional[Mapping[str, dict]] = None, summary_sets: Sequence[SummarySet] = (),
+                 familiarity: Optional[FamiliarityStage] = None) -> Dict[str, Any]:
     """summary.json's statistics: per question the mean score with its article-level bootstrap CI; the
-    judge-competence control; where the own summaries came from; what standardization stripped, per source."""
+    judge-competence control; familiarity; where the own summaries came from; what standardization stripped,
+    per source."""
     boot = spec.bootstrap
     extra: Dict[str, Any] = {"own_summaries": own_origin(spec.evaluator).to_json(),
                              "standardization": {s.source: dict(s.stripped) for s in summary_sets}}
     if control is not None:
         extra["judge_competence"] = summarize_competence(control, competence or {}, spec.judge,
                                                          int(boot.n_resamples), float(boot.confidence), spec.seed)
+    if familiarity is not None:
+        extra[FAMILIARITY] = summarize_familiarity(familiarity, len(items), int(boot.n_resamples),
+                                                   float(boot.confidence), spec.seed)
     per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
                     for q in spec.questions}
     excluded = [it for it in items if any(it[q][EXCLUDED] for q in spec.questions)]
@@ -79,7 +87,8 @@ def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: Art
 def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
     """An item as one flat row of the W&B item table."""
     row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"],
-                           "competence_score": (item.get(COMPETENCE) or {}).get("score")}  # None: no control
+                           "competence_score": (item.get(COMPETENCE) or {}).get("score"),  # None: no control
+                           "familiarity_difference": (item.get(FAMILIARITY) or {}).get("difference")}
     for q in questions:
         v = item[q]
         row[f"{q}_score"] = v["score"]
@@ -139,6 +148,9 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
     competence = format_competence(summary.get("judge_competence"))
     if competence:
         lines.append(competence)
+    familiarity = format_familiarity(summary.get(FAMILIARITY))
+    if familiarity:
+        lines.append(familiarity)
     origin = summary.get("own_summaries") or {}
     if origin.get("kind") not in (None, "generated"):
         lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")

@@ -13,7 +13,7 @@ import time
 from typing import Iterator, Sequence, Tuple
 
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI,
-                                        ModelIdentity, adapter_fingerprint)
+                                        ModelIdentity, SequenceLogprobs, adapter_fingerprint)
 
 CONSTRUCTED = []  # how many times the backend was built (a cached re-run builds none)
 
@@ -103,3 +103,21 @@ class FirstJudge(FakeModel):
     def answer_distributions(self, requests):
         for req in requests:
             yield req, _answers_at(req, 1, 0.9)
+
+
+class FamiliarJudge(FakeModel):
+    """Scores given text: each word of the continuation costs log 0.6 when the prompt holds it, log 0.05 when
+    not, so a summary copied from the article (the fake's own) is likelier than a paraphrase."""
+
+    SEQUENCE_CALLS = []  # continuations scored (a cached re-run scores none)
+
+    def sequence_logprobs(self, requests):
+        import math
+
+        for req in requests:
+            FamiliarJudge.SEQUENCE_CALLS.append(req.continuation)
+            prompt = " ".join(m.content for m in req.messages) if req.messages else req.prompt
+            vocab = {w.strip(".,:;!?\"'").lower() for w in prompt.split()}
+            words = [w.strip(".,:;!?\"'").lower() for w in req.continuation.split()]
+            total = sum(math.log(0.6) if w in vocab else math.log(0.05) for w in words)
+            yield req, SequenceLogprobs(total=total, n_tokens=len(words), prompt_tokens=len(prompt.split()))

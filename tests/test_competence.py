@@ -159,7 +159,9 @@ def test_plan_auto_per_backend(compose_cfg, tmp_path):
                                                  "judge.competence_sample=2"])), tmp_path / "api_on")
     assert api_on["uncached_calls"] == 3 + 12 + 4
     local = plan_cell(resolve_cell(compose_cfg(["evaluator=qwen05", "dataset.n_articles=3"])), tmp_path / "local")
-    assert local["judge_competence"]["enabled"] is True and local["uncached_calls"] == 3 + 12 + 6
+    assert local["judge_competence"]["enabled"] is True and local["familiarity"]["enabled"] is True
+    assert local["uncached_calls"] == 3 + 12 + 6 + 6  # ... + the control + familiarity (two per article)
+    assert api["familiarity"]["enabled"] is False  # an API judge cannot score given text
 
 
 def test_config_ranges_and_the_prompt(compose_cfg):

@@ -109,8 +109,45 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     assert summary["n_excluded"] + summary["recognition"]["n"] == 2
     items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     assert all(it["own_summary"] for it in items)
-    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2  # summaries, both questions, the competence control
+    # summaries, both questions, the competence control, familiarity (one scoring pass per summary)
+    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2 + 2 * 2
+    assert summary["familiarity"]["enabled"] is True and summary["familiarity"]["n"] == 2
     assert run_cell(resolve_cell(cfg), tmp_path / "again")["model_calls"] == 0
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_familiarity_own_greedy_summary_is_likelier_than_the_reference(qwen):
+    """qwen05's mean log-likelihood per token of its own greedy summaries and of the human references of 2 demo
+    articles, after the summarization prompt: finite and negative; the greedy output (each token the argmax) is
+    the likelier on most articles; prefix reuse (the prompt once for both texts) agrees with scoring from scratch."""
+    import math
+
+    from selfpref_sweep.data import load_demo
+    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
+    from selfpref_sweep.prompts import summarize_messages
+
+    model, prompts = qwen
+    articles = load_demo(OmegaConf.create({"name": "demo", "task": "xsum", "n_articles": 2, "offset": 0,
+                                           "seed": None})).articles
+    asks = [GenerateRequest(model.identity, summarize_messages(prompts, "xsum", a.text),
+                            GenerationDecoding(max_new_tokens=60)) for a in articles]
+    own = {req: gen.text for req, gen in model.generate(asks)}
+    reqs = [(SequenceRequest(model.identity, own[ask], ask.messages), SequenceRequest(model.identity, a.reference,
+                                                                                       ask.messages))
+            for ask, a in zip(asks, articles)]
+    flat = [r for pair in reqs for r in pair]
+    model.prefix_reuse, model.tokens_computed, model.tokens_requested = True, 0, 0
+    reused = dict(model.sequence_logprobs(flat))
+    assert model.tokens_computed < model.tokens_requested  # each article's prompt ran once for both texts
+    model.prefix_reuse = False
+    scratch = dict(model.sequence_logprobs(flat))
+    model.prefix_reuse = True
+    for r in flat:
+        assert reused[r].n_tokens > 0 and math.isfinite(reused[r].mean) and reused[r].mean < 0
+        assert reused[r].mean == pytest.approx(scratch[r].mean, abs=0.05)  # bf16 hidden states
+    wins = sum(reused[o].mean > reused[h].mean for o, h in reqs)
+    assert wins > len(reqs) / 2
 
 
 def test_completion_prompts_get_the_tokenizers_bos_chat_prompts_do_not():

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from . import familiarity as F
 from . import tables as T
 from .fit import (
     GROUPINGS,
@@ -54,6 +55,7 @@ class AnalysisResult:
     unit_fits: list[FitResult]  # the headline
     robustness_fits: list[FitResult]
     interactions: list[InteractionResult]
+    familiarity_fits: list[F.FamiliarityFit]  # empty when no item records familiarity
     tables: dict[str, pd.DataFrame]  # display tables, keyed by short name
     plots: list[PlotFile]
     recognition_tasks: tuple[str, ...] = RECOGNITION_TASKS
@@ -210,6 +212,16 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "cross-dataset) where both occur.",
             t["interaction"],
         ),
+        Section("Familiarity: a rival explanation", F.familiarity_note(data.cells, result.familiarity_fits),
+                t["familiarity"]),
+        *([Section("The likelihood recognizer next to verbal recognition, per paper unit",
+                   "Means over the unit's sources of the cell means, on the items scored in both questions that "
+                   "carry familiarity (paper scale).", t["familiarity_units"], level=3),
+           Section("The likelihood recognizer next to verbal recognition, per cell",
+                   "From summary.json: means with 95% article-level bootstrap CIs (verbal recognition over the "
+                   "cell's scored items; the recognizer and the own − other difference over the items with both "
+                   "summaries scored).", t["familiarity_cells"], level=3)]
+          if F.has_familiarity(data.cells) else []),
         Section(
             "Per cell: the smallest detectable effect and the judge-competence control",
             "What it means: a null result is informative only if the cell could have seen an effect. The smallest "
@@ -257,6 +269,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "regression_units.csv": T.fits_frame(result.unit_fits),
         "regression_robustness.csv": T.fits_frame(result.robustness_fits),
         "interaction.csv": T.interactions_frame(result.interactions),
+        "familiarity.csv": F.fits_frame(result.familiarity_fits),
         "paper_units.csv": result.units,
         "cells.csv": T.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
@@ -269,6 +282,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "paper_unit": [f.to_dict() for f in result.unit_fits],
         "robustness": [f.to_dict() for f in result.robustness_fits],
         "interaction": [r.to_dict() for r in result.interactions],
+        "familiarity": [f.to_dict() for f in result.familiarity_fits],
         "problems": result.data.problems_df.to_dict(orient="records"),
     }
     path = analysis_dir / "regressions.json"
@@ -338,12 +352,16 @@ def run_analysis(
     unit_fits = fit_paper_units(units)
     robustness_fits = fit_robustness(points, data.items)
     interactions = fit_interactions(units, points, recognition_tasks)
+    familiarity_fits = F.fit_familiarity(data.items)
     tables = {
         "problems": T.problems_table(data.problems_df),
         "regression_units": T.regression_table(unit_fits),
         "units": T.units_table(units),
         "regression_robustness": T.regression_table(robustness_fits),
         "interaction": T.interaction_table(interactions),
+        "familiarity": F.fits_table(familiarity_fits),
+        "familiarity_units": F.likelihood_units_table(F.likelihood_units(data.items)),
+        "familiarity_cells": F.likelihood_cells_table(data.cells),
         "quality": T.quality_table(data.cells),
         "recognition_matrix": T.evaluator_source_table(data.cells, "rec"),
         "preference_matrix": T.evaluator_source_table(data.cells, "pref"),
@@ -357,7 +375,7 @@ def run_analysis(
     result = AnalysisResult(
         out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, units=units,
         points=points, unit_fits=unit_fits, robustness_fits=robustness_fits, interactions=interactions,
-        tables=tables, plots=plots, recognition_tasks=tuple(recognition_tasks),
+        familiarity_fits=familiarity_fits, tables=tables, plots=plots, recognition_tasks=tuple(recognition_tasks),
     )
     result.files = _write_data_files(result, analysis_dir)
 

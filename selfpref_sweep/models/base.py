@@ -109,6 +109,21 @@ class AnswerRequest:
         return _key(self)
 
 
+@dataclass(frozen=True)
+class SequenceRequest:
+    """The log-likelihood of a given continuation after a prompt (the chat messages, rendered with the
+    assistant turn opened, or a completion prompt): one scoring pass, no generation."""
+
+    model: ModelIdentity
+    continuation: str
+    messages: Tuple[Message, ...] = ()  # chat models
+    prompt: Optional[str] = None  # completion models (no chat template)
+    kind: str = "sequence_logprobs"
+
+    def cache_key(self) -> str:
+        return _key(self)
+
+
 @dataclass
 class Generation:
     text: str
@@ -163,6 +178,27 @@ class AnswerDistribution:
         )
 
 
+@dataclass
+class SequenceLogprobs:
+    """Sum of the continuation's token log-probabilities (natural log) and its token count."""
+
+    total: float
+    n_tokens: int
+    prompt_tokens: int = 0
+
+    @property
+    def mean(self) -> Optional[float]:
+        """Mean log-probability per token; None for an empty continuation."""
+        return self.total / self.n_tokens if self.n_tokens else None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SequenceLogprobs":
+        return cls(total=float(d["total"]), n_tokens=int(d["n_tokens"]), prompt_tokens=int(d.get("prompt_tokens", 0)))
+
+
 def option(cfg, key: str, default=None):
     """A model config's setting, for typed configs (dataclasses) and DictConfigs alike."""
     value = getattr(cfg, key, default)
@@ -176,7 +212,7 @@ def adapter_fingerprint(cfg) -> Optional[str]:
 
 
 class ModelAPI(ABC):
-    """What a backend does. Both methods take a batch so a backend can order or parallelise the
+    """What a backend does. The methods take a batch so a backend can order or parallelise the
     work (prefix reuse, requests in flight) and yield each result as soon as it has it, so the
     caller can cache it at once and an interruption loses at most the call in progress."""
 
@@ -196,6 +232,16 @@ class ModelAPI(ABC):
         self, requests: Sequence[AnswerRequest]
     ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
         ...
+
+    def sequence_logprobs(self, requests: Sequence[SequenceRequest]
+                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+        """Optional: the log-likelihood of each request's continuation. Backends that cannot score a given
+        text (chat APIs give logprobs of generated tokens only) leave it out; see offers_sequence_logprobs."""
+        raise NotImplementedError(f"{type(self).__name__} does not score given text")
+
+    @classmethod
+    def offers_sequence_logprobs(cls) -> bool:
+        return cls.sequence_logprobs is not ModelAPI.sequence_logprobs
 
     def close(self) -> None:  # release weights / connections
         pass

@@ -14,10 +14,15 @@ from tqdm.auto import tqdm
 
 from ..store import Store
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, JudgeDecoding, ModelAPI,
-                   ModelIdentity, unique)
+                   ModelIdentity, SequenceLogprobs, SequenceRequest, unique)
 
 # missing_reason values of an AnswerDistribution that describe the call, not the model's answer.
 FAILURE_REASONS = frozenset({"no_logprobs", "error"})
+
+
+# request kind -> the type of its stored result
+RESULT_TYPES = {"generate": Generation, "answer_distribution": AnswerDistribution,
+                "sequence_logprobs": SequenceLogprobs}
 
 
 def is_failure(result: object) -> bool:
@@ -32,7 +37,7 @@ def stored_result(store: Store, request) -> Optional[object]:
     value = store.get(request.cache_key())
     if value is None:
         return None
-    result = (Generation if request.kind == "generate" else AnswerDistribution).from_json(value)
+    result = RESULT_TYPES[request.kind].from_json(value)
     return None if is_failure(result) else result
 
 
@@ -99,6 +104,10 @@ class CachedModel:
     def answer_distributions(self, requests: Sequence[AnswerRequest], desc: str = "judge"
                              ) -> Dict[AnswerRequest, AnswerDistribution]:
         return self._run(requests, "answer_distribution", lambda r: self.backend.answer_distributions(r), desc)
+
+    def sequence_logprobs(self, requests: Sequence[SequenceRequest], desc: str = "log-likelihood"
+                          ) -> Dict[SequenceRequest, SequenceLogprobs]:
+        return self._run(requests, "sequence_logprobs", lambda r: self.backend.sequence_logprobs(r), desc)
 
     def close(self) -> None:
         if self._backend is not None:

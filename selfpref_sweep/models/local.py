@@ -13,6 +13,10 @@ whitespace-only tokens carry at least SPLIT_MIN_MASS at the answer position, the
 each get a second position on the batch's own KV cache, and P(a) = sum of P(spellings of a) + sum over
 those w of P(w) * P(spellings of a | prompt + w). Such a result's method is SPLIT_METHOD; every other
 prompt is read exactly as before (one position, FULL_METHOD).
+
+Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
+requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
+each text is then run on a copy of that cache and its tokens' log-probabilities are read at every position.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   adapter_fingerprint, option)
-from .prefix import Extend, schedule
+                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
+from .prefix import Extend, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
@@ -218,8 +222,50 @@ class LocalModel(ModelAPI):
                 self.tokens_requested += len(ids)
                 yield req, self._distributions(hidden, batch_cache, [len(ids)], [req])[0]
             return
+        for step, cache in self._walk(prompts, schedule(prompts, max_batch=self.max_batch)):
+            suffixes = [prompts[i][step.start:] for i in step.prompts]
+            hidden, batch_cache = self._forward_last(suffixes, cache=cache)
+            self.tokens_computed += sum(map(len, suffixes))
+            lengths = [len(prompts[i]) for i in step.prompts]
+            batch = self._distributions(hidden, batch_cache, lengths, [requests[i] for i in step.prompts])
+            for i, dist in zip(step.prompts, batch):
+                self.tokens_requested += len(prompts[i])
+                yield requests[i], dist
+
+    # ------------------------------------------------------- scoring given text
+    def sequence_logprobs(self, requests: Sequence[SequenceRequest]
+                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+        """The log-likelihood of each continuation after its prompt (the chat messages with the assistant
+        turn opened, as generation renders them). The schedule runs over the prompts alone, so a shared
+        prefix never reaches into a continuation and every continuation token is read in a Score step."""
+        prompts, texts = [], []
+        for r in requests:
+            chat = bool(r.messages)
+            prompt = self.encode(self.render(r.messages) if chat else (r.prompt or ""), chat=chat)
+            # The continuation on its own, as the tokens a generation would have appended after the prompt.
+            text = self.tokenizer(r.continuation, add_special_tokens=False)["input_ids"]
+            if not prompt:
+                raise ValueError("sequence_logprobs needs a non-empty prompt")
+            prompts.append(prompt)
+            texts.append(text)
+        # Without prefix reuse, each prompt is scored from scratch.
+        steps = schedule(prompts, max_batch=self.max_batch) if self.prefix_reuse else \
+            [Score([i], 0) for i in range(len(prompts))]
+        for step, cache in self._walk(prompts, steps):
+            suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
+            hidden = self._forward_batch(suffixes, cache).last_hidden_state
+            self.tokens_computed += sum(map(len, suffixes))
+            for row, i in enumerate(step.prompts):
+                first = len(prompts[i]) - 1 - step.start  # the position that predicts the first text token
+                total = self._token_logprobs(hidden[row, first:first + len(texts[i])], texts[i])
+                self.tokens_requested += len(prompts[i]) + len(texts[i])
+                yield requests[i], SequenceLogprobs(total=total, n_tokens=len(texts[i]), prompt_tokens=len(prompts[i]))
+
+    def _walk(self, prompts: List[List[int]], steps) -> Iterator[Tuple[Score, object]]:
+        """Run a schedule's Extend steps into the KV cache and yield each Score step with the cache of the
+        shared prefix it starts from (None when it starts from scratch)."""
         cache, cache_len = None, 0
-        for step in schedule(prompts, max_batch=self.max_batch):
+        for step in steps:
             if cache is not None and cache_len > step.start:
                 cache.crop(step.start - cache_len)  # back to the shared prefix this step starts from
                 cache_len = step.start
@@ -228,14 +274,17 @@ class LocalModel(ModelAPI):
                 cache_len = step.end
                 self.tokens_computed += step.end - step.start
                 continue
-            suffixes = [prompts[i][step.start:] for i in step.prompts]
-            hidden, batch_cache = self._forward_last(suffixes, cache=cache if step.start else None)
-            self.tokens_computed += sum(map(len, suffixes))
-            lengths = [len(prompts[i]) for i in step.prompts]
-            batch = self._distributions(hidden, batch_cache, lengths, [requests[i] for i in step.prompts])
-            for i, dist in zip(step.prompts, batch):
-                self.tokens_requested += len(prompts[i])
-                yield requests[i], dist
+            yield step, cache if step.start else None
+
+    def _token_logprobs(self, hidden, tokens: List[int]) -> float:
+        """Sum of log P(token_k | hidden_k) over the text, from the float32 output layer."""
+        if not tokens:
+            return 0.0
+        torch = self.torch
+        with torch.inference_mode():
+            logp = torch.log_softmax(self._logits(hidden), dim=-1)
+            picked = logp[torch.arange(len(tokens)), torch.tensor(tokens, device=logp.device)]
+            return float(picked.sum())
 
     def _extend(self, ids: List[int], cache):
         torch = self.torch
@@ -249,9 +298,17 @@ class LocalModel(ModelAPI):
 
     def _forward_last(self, suffixes: List[List[int]], cache):
         """The last hidden state after each suffix, all in one right-padded batch on top of a copy
-        of the shared prefix's cache, and the batch's own cache (for a second position). With right
-        padding no real token attends to a pad (attention is causal), so no mask is needed; each row
-        is read at its last real token."""
+        of the shared prefix's cache, and the batch's own cache (for a second position). Each row is
+        read at its last real token."""
+        torch = self.torch
+        out = self._forward_batch(suffixes, cache)
+        with torch.inference_mode():
+            last = out.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
+        return last, out.past_key_values
+
+    def _forward_batch(self, suffixes: List[List[int]], cache):
+        """The model's output over the suffixes, in one right-padded batch on a copy of the shared prefix's
+        cache. With right padding no real token attends to a pad (attention is causal), so no mask is needed."""
         torch = self.torch
         width = max(map(len, suffixes))
         pad = self._stop_ids[0]
@@ -261,9 +318,7 @@ class LocalModel(ModelAPI):
             if len(suffixes) > 1:
                 cache.batch_repeat_interleave(len(suffixes))
         with torch.inference_mode():
-            out = self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True)
-            last = out.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
-        return last, out.past_key_values
+            return self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True)
 
     def _second_position(self, cache, lengths: List[int], picks: List[Tuple[int, int]]):
         """The hidden state one position on, for each (row, token) in `picks`: the row's prompt plus
@@ -292,8 +347,8 @@ class LocalModel(ModelAPI):
         bias = getattr(head, "bias", None)
         return head.weight.detach().float(), None if bias is None else bias.detach().float()
 
-    def _probs(self, hidden):
-        """The next-token distribution of one hidden state (one row at a time, as it always was read)."""
+    def _logits(self, hidden):
+        """Float32 logits of hidden states (one row, or a row per position), soft-capped where the model is."""
         torch = self.torch
         weight, bias = self._head_fp32
         with torch.inference_mode():
@@ -303,7 +358,13 @@ class LocalModel(ModelAPI):
             cap = getattr(self.model.config, "final_logit_softcapping", None)
             if cap:
                 logits = cap * torch.tanh(logits / cap)
-            return torch.softmax(logits, dim=-1)
+            return logits
+
+    def _probs(self, hidden):
+        """The next-token distribution of one hidden state (one row at a time, as it always was read)."""
+        torch = self.torch
+        with torch.inference_mode():
+            return torch.softmax(self._logits(hidden), dim=-1)
 
     def _answer_probs(self, probs, answers: Sequence[str]) -> Dict[str, float]:
         return {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}

@@ -1,0 +1,219 @@
+"""Familiarity, a rival explanation: does recognition predict preference beyond how likely the judge finds
+its own summary?
+
+Cells that ran the familiarity stage record, per item, the judge's mean token log-likelihood of each summary
+given the article and the summarization prompt. Two things are read from them:
+
+- the likelihood recognizer: "own is the summary the judge finds likelier", whose accuracy is a baseline for
+  verbal recognition (per cell from summary.json, per paper unit from the items, averaged over sources as the
+  paper unit is);
+- item-level OLS of preference on recognition, then on recognition + familiarity (own - other
+  log-likelihood per token), clustered by article, per setting × label (never pooled across them), with
+  evaluator-variant fixed effects when a group holds several variants. If recognition's coefficient shrinks
+  toward 0 once familiarity is in, the recognition-preference link is (in part) familiarity.
+
+Older sweeps, API judges and cells with judge.familiarity=off have no familiarity: the fits say so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .fit import ALPHA, _ols, condition_groups
+from .tables import DASH, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p
+from .units import SCALES, UNIT_KEYS, kept_items
+
+FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
+
+
+@dataclass
+class FamiliarityFit:
+    """Recognition's item-level coefficient before and after adding familiarity, in one group."""
+
+    group_by: str
+    group: str
+    scale: str
+    n: int
+    ok: bool
+    note: str = ""
+    n_clusters: Optional[int] = None
+    n_variants: int = 0
+    rec_before: float = math.nan
+    rec_before_ci_low: float = math.nan
+    rec_before_ci_high: float = math.nan
+    rec_after: float = math.nan
+    rec_after_ci_low: float = math.nan
+    rec_after_ci_high: float = math.nan
+    familiarity: float = math.nan
+    familiarity_ci_low: float = math.nan
+    familiarity_ci_high: float = math.nan
+    familiarity_p: float = math.nan
+    corr_recognition_familiarity: float = math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def familiarity_items(items: pd.DataFrame) -> pd.DataFrame:
+    """Items scored in both questions that carry a familiarity difference, with an article cluster key."""
+    if items.empty or "fam_difference" not in items:
+        return items.iloc[0:0]
+    kept, _ = kept_items(items)
+    kept = kept[np.isfinite(kept["fam_difference"].to_numpy(float))]
+    return kept.assign(_article=kept["dataset"].astype(str) + "\x1f" + kept["article_id"].astype(str))
+
+
+def _coef(res: Any, term: str) -> tuple[float, float, float]:
+    ci = res.conf_int(alpha=ALPHA)
+    return float(res.params[term]), float(ci.loc[term, 0]), float(ci.loc[term, 1])
+
+
+def fit_familiarity_group(data: pd.DataFrame, *, group_by: str = "", group: str = "all",
+                          scale: str = "paper") -> FamiliarityFit:
+    """``preference ~ recognition`` and ``preference ~ recognition + familiarity`` on the same items
+    (columns recognition, preference, familiarity, evaluator_variant, _article), CIs clustered by article."""
+    cols = ["recognition", "preference", FAMILIARITY]
+    df = data[np.isfinite(data[cols].to_numpy(float)).all(axis=1)].reset_index(drop=True)
+    n = len(df)
+    n_variants = int(df["evaluator_variant"].nunique()) if n else 0
+    n_clusters = int(df["_article"].nunique()) if n else 0
+    base = dict(group_by=group_by, group=group, scale=scale, n=n, n_clusters=n_clusters, n_variants=n_variants)
+    effects = " + C(evaluator_variant)" if n_variants > 1 else ""
+    n_params = 2 + max(n_variants, 1)  # intercept / variant effects, recognition, familiarity
+    problems = []
+    if n <= n_params:
+        problems.append(f"{n_params} parameters need more items")
+    elif n_clusters <= n_params:
+        problems.append(f"{n_clusters} article cluster(s); clustered CIs need more than {n_params}")
+    for col in ("recognition", FAMILIARITY):
+        if n and np.ptp(df[col].to_numpy(float)) == 0:
+            problems.append(f"{col} has zero variance")
+    if problems:
+        return FamiliarityFit(**base, ok=False, note=f"not enough items (n={n}): " + "; ".join(problems))
+    clusters = df["_article"]
+    before = _ols(df, "preference ~ recognition" + effects, clusters)
+    after = _ols(df, "preference ~ recognition + familiarity" + effects, clusters)
+    rb, rb_lo, rb_hi = _coef(before, "recognition")
+    ra, ra_lo, ra_hi = _coef(after, "recognition")
+    f, f_lo, f_hi = _coef(after, FAMILIARITY)
+    note = f"within {n_variants} evaluator variants" if n_variants > 1 else ""
+    return FamiliarityFit(
+        **base, ok=True, note=note, rec_before=rb, rec_before_ci_low=rb_lo, rec_before_ci_high=rb_hi,
+        rec_after=ra, rec_after_ci_low=ra_lo, rec_after_ci_high=ra_hi, familiarity=f, familiarity_ci_low=f_lo,
+        familiarity_ci_high=f_hi, familiarity_p=float(after.pvalues[FAMILIARITY]),
+        corr_recognition_familiarity=float(np.corrcoef(df["recognition"], df[FAMILIARITY])[0, 1]))
+
+
+def fit_familiarity(items: pd.DataFrame) -> list[FamiliarityFit]:
+    """The fits per setting × label (and per dataset where there are several), on both scales where recorded.
+    Empty when no item carries familiarity."""
+    fam = familiarity_items(items)
+    if fam.empty:
+        return []
+    out = []
+    for name, group, sub in condition_groups(fam):
+        for scale, col in SCALES.items():
+            if not sub[f"rec_{col}"].notna().any():
+                continue  # an older sweep without log-odds scores
+            data = pd.DataFrame({"recognition": sub[f"rec_{col}"].to_numpy(float),
+                                 "preference": sub[f"pref_{col}"].to_numpy(float),
+                                 FAMILIARITY: sub["fam_difference"].to_numpy(float),
+                                 "evaluator_variant": sub["evaluator_variant"].to_numpy(),
+                                 "_article": sub["_article"].to_numpy()})
+            out.append(fit_familiarity_group(data, group_by=name, group=group, scale=scale))
+    return out
+
+
+def likelihood_units(items: pd.DataFrame) -> pd.DataFrame:
+    """Per paper unit (evaluator variant × dataset × setting × label): the likelihood recognizer's accuracy
+    and verbal recognition (paper scale) over the same items, each a mean over the unit's sources of the
+    cell means, as the paper unit averages; and the mean familiarity difference."""
+    cols = [*UNIT_KEYS, "n_sources", "n_items", "likelihood_recognition", "verbal_recognition", "mean_difference"]
+    fam = familiarity_items(items)
+    if fam.empty:
+        return pd.DataFrame(columns=cols)
+    d = fam["fam_difference"].to_numpy(float)
+    fam = fam.assign(_win=np.where(d > 0, 1.0, np.where(d == 0, 0.5, 0.0)))
+    per_cell = fam.groupby([*UNIT_KEYS, "cell_id"], dropna=False).agg(
+        n_items=("_win", "size"), lr=("_win", "mean"), rec=("rec_score", "mean"), diff=("fam_difference", "mean"))
+    units = per_cell.groupby(level=list(range(len(UNIT_KEYS))), dropna=False).agg(
+        n_sources=("lr", "size"), n_items=("n_items", "sum"), likelihood_recognition=("lr", "mean"),
+        verbal_recognition=("rec", "mean"), mean_difference=("diff", "mean"))
+    return units.reset_index()[cols]
+
+
+def has_familiarity(cells: pd.DataFrame) -> bool:
+    return bool(not cells.empty and "fam_enabled" in cells and cells["fam_enabled"].map(lambda v: v is True).any())
+
+
+def familiarity_note(cells: pd.DataFrame, fits: Sequence[FamiliarityFit]) -> str:
+    """The section's plain-language note, including why there is nothing to show where there is nothing."""
+    what = (
+        "What it means: a judge may prefer its own summaries because it finds them likely (familiar, low "
+        "perplexity), not because it recognizes them; a model's greedy summary is, by construction, text it finds "
+        "likely. Each item records the judge's mean log-likelihood per token of each summary, given the article "
+        "and the summarization prompt (the judge is the model that judged: the fine-tuned one in fine-tuned "
+        "cells).\n\n"
+        "(a) The likelihood recognizer says 'own' for the summary the judge finds likelier (a tie counts ½). Its "
+        "accuracy is a baseline: verbal recognition below it uses less of the signal the model has; above it, "
+        "more than familiarity alone.\n\n"
+        "(b) Item-level OLS of preference on recognition, then on recognition + familiarity (own − other "
+        "log-likelihood per token), on the same items, CIs clustered by article, per setting × label (never "
+        "pooled across them), with evaluator-variant fixed effects when a group holds several variants. If "
+        "recognition's coefficient falls toward 0 once familiarity is in, the link between recognition and "
+        "preference is (partly) familiarity; if it stays, recognition predicts preference beyond it."
+    )
+    if not has_familiarity(cells):
+        reasons = sorted({r for r in cells.get("fam_reason", pd.Series(dtype=str)) if r}) if not cells.empty else []
+        why = f" ({'; '.join(reasons)})" if reasons else " (an older sweep, or no complete cell)"
+        return what + f"\n\nNo cell recorded familiarity{why}, so this section is empty."
+    if not any(f.ok for f in fits):
+        return what + "\n\nNo group had enough items with familiarity for the fits (each says why below)."
+    return what
+
+
+def fits_table(fits: Sequence[FamiliarityFit]) -> pd.DataFrame:
+    rows = [{
+        "grouping": f.group_by, "group": f.group, "scale": SCALE_NAMES.get(f.scale, f.scale), "n items": f.n,
+        "clusters": DASH if f.n_clusters is None else f"{f.n_clusters} articles",
+        "recognition (alone)": fmt(f.rec_before), "95% CI (alone)": fmt_ci(f.rec_before_ci_low, f.rec_before_ci_high),
+        "recognition (+ familiarity)": fmt(f.rec_after),
+        "95% CI (+ familiarity)": fmt_ci(f.rec_after_ci_low, f.rec_after_ci_high),
+        "familiarity": fmt(f.familiarity), "familiarity 95% CI": fmt_ci(f.familiarity_ci_low, f.familiarity_ci_high),
+        "p (familiarity)": fmt_p(f.familiarity_p), "r(recognition, familiarity)": fmt(f.corr_recognition_familiarity),
+        "note": f.note,
+    } for f in fits]
+    return pd.DataFrame(rows)
+
+
+def likelihood_cells_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell that ran the stage: verbal recognition next to the likelihood recognizer, both with CIs."""
+    if not has_familiarity(cells):
+        return pd.DataFrame()
+    on = cells[cells["fam_enabled"].map(lambda v: v is True)]
+    return pd.DataFrame([{
+        "evaluator variant": c.evaluator_variant, "source": c.source, "dataset": c.dataset, "setting": c.setting,
+        "label": c.label, "verbal recognition": fmt(c.rec_mean),
+        "verbal 95% CI": fmt_ci(c.rec_ci_low, c.rec_ci_high), "likelihood recognizer": fmt(c.fam_lr_mean),
+        "recognizer 95% CI": fmt_ci(c.fam_lr_ci_low, c.fam_lr_ci_high),
+        "own − other log-lik/token": fmt(c.fam_diff_mean),
+        "difference 95% CI": fmt_ci(c.fam_diff_ci_low, c.fam_diff_ci_high),
+        "n": fmt_int(c.fam_n),
+    } for c in on.itertuples()])
+
+
+def likelihood_units_table(units: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "evaluator variant": u.evaluator_variant, "dataset": u.dataset, "setting": u.setting, "label": u.label,
+        "sources": int(u.n_sources), "items": int(u.n_items), "verbal recognition": fmt(u.verbal_recognition),
+        "likelihood recognizer": fmt(u.likelihood_recognition), "own − other log-lik/token": fmt(u.mean_difference),
+    } for u in units.itertuples()])
+
+
+def fits_frame(fits: Sequence[FamiliarityFit]) -> pd.DataFrame:
+    return pd.DataFrame([f.to_dict() for f in fits])
