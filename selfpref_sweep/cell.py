@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .articles import select_articles
+from .articles import ArticleSelection, select_articles
 from .competence import CompetenceControl, competence_requests, control_summaries, score_competence
 from .config import ModelConfig
 from .data import Dataset, load_dataset, selection_warnings
 from .errors import ConfigError, DataError
-from .familiarity import familiarity_requests, measure_familiarity
+from .familiarity import FamiliarityStage, familiarity_requests, measure_familiarity
 from .files import atomic_write_json, atomic_write_jsonl
 from .finetune import drop_training_articles, prepare_finetuned_evaluator
-from .judging import answer_distributions, judge_requests
+from .judging import ItemRequests, answer_distributions, judge_requests
 from .models import load_model
 from .models.cached import CachedModel
 from .pairs import PairSet, assign_labels, make_pairs
@@ -31,7 +32,7 @@ from .results import cell_summary, format_result, item_records, table_row
 from .scoring import score_items
 from .spec import CellSpec
 from .store import Store
-from .summaries import own_summaries, own_summaries_warnings, source_summaries
+from .summaries import SummarySet, own_summaries, own_summaries_warnings, source_summaries
 from .tracking import CellTracker, log_finetune
 
 log = logging.getLogger(__name__)
@@ -62,17 +63,12 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
         pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
                                      spec.seed)
-        shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
-        control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
-                                      spec.seed)
-        familiarity = familiarity_requests(judge, finetune.model if finetune else spec.evaluator, spec.judge,
-                                           spec.prompts, dataset.task, selection.usable, pairs.pairs,
-                                           spec.summaries.max_new_tokens)
-        verdicts, competence = judge_pairs(spec, judge, pairs, control)
-        measure_familiarity(judge, familiarity)
-        items = item_records(spec, selection, own, other, pairs, verdicts, competence, familiarity)
-        summary = cell_summary(spec, items, selection, warnings, control, competence, [own, other, shown],
-                               familiarity)
+        judged = judge_cell(spec, judge, finetune.model if finetune else spec.evaluator, dataset, selection, own,
+                            other, pairs)
+        items = item_records(spec, selection, own, other, pairs, judged.verdicts, judged.competence,
+                             judged.familiarity)
+        summary = cell_summary(spec, items, selection, warnings, judged.control, judged.competence,
+                               [own, other, judged.shown], judged.familiarity)
         if finetune is not None:
             summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_dropped}
             if spec.finetune.settings.inverse_check:
@@ -87,14 +83,35 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     return summary
 
 
-def judge_pairs(spec: CellSpec, judge: CachedModel, pairs: PairSet, control: CompetenceControl
-                ) -> Tuple[List[Dict[str, dict]], Dict[str, dict]]:
-    """Judge requests -> answer distributions -> scores: one verdict per pair and question, and the
-    competence control's verdict per article. One batch, so the backend shares prompt prefixes across both."""
+@dataclass
+class CellJudgements:
+    """What the judge said about a cell's pairs: the judge requests and their verdicts, the competence
+    control (its requests and verdicts) and the familiarity stage."""
+
+    requests: List[ItemRequests]
+    verdicts: List[Dict[str, dict]]
+    control: CompetenceControl
+    competence: Dict[str, dict]  # article id -> the control's verdict
+    familiarity: FamiliarityStage
+    shown: SummarySet  # the summaries the control showed
+
+
+def judge_cell(spec: CellSpec, judge: CachedModel, judge_cfg: ModelConfig, dataset: Dataset,
+               selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet) -> CellJudgements:
+    """Stages 4-6 for a cell's pairs: judge requests and the competence control -> answer distributions (one
+    batch, so the backend shares prompt prefixes across both) -> scores; the familiarity stage beside them.
+    `judge` is a CachedModel, or plan mode's stand-in (which serves placeholders and counts the calls)."""
     requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, pairs.labels)
+    shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
+    control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
+                                  spec.seed)
+    familiarity = familiarity_requests(judge, judge_cfg, spec.judge, spec.prompts, dataset.task, selection.usable,
+                                       pairs.pairs, spec.summaries.max_new_tokens)
     dists = answer_distributions(judge, [*requests, *control.items])
+    measure_familiarity(judge, familiarity)
     min_mass = spec.judge.min_answer_mass
-    return score_items(requests, dists, spec.setting, min_mass), score_competence(control, dists, min_mass)
+    return CellJudgements(requests, score_items(requests, dists, spec.setting, min_mass), control,
+                          score_competence(control, dists, min_mass), familiarity, shown)
 
 
 class CellModels:

@@ -16,13 +16,12 @@ from typing import Any, Dict, List, Optional
 from hydra.experimental.callback import Callback
 
 from .articles import select_articles
-from .competence import competence_requests, control_summaries
+from .cell import judge_cell
 from .config import ModelConfig
 from .data import load_dataset, selection_warnings
-from .familiarity import familiarity_requests, measure_familiarity
 from .files import atomic_write_json
 from .finetune import finetune_plan, format_plan, planned_judge
-from .judging import answer_distributions, flatten, judge_requests
+from .judging import flatten
 from .models import backend_class
 from .models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
 from .models.cached import CachedModel, stored_result
@@ -137,15 +136,10 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         other = source_summaries(spec.source, models.get("source"), dataset, spec.prompts, selection.usable,
                                  spec.summaries.max_new_tokens, spec.summaries)
         pairs = make_pairs(selection.usable, own, other, selection.excluded)
-        labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name, spec.seed)
-        requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, labels)
-        shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
-        control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
-                                      spec.seed)
-        answer_distributions(judge, [*requests, *control.items])
-        familiarity = measure_familiarity(judge, familiarity_requests(
-            judge, tuned or spec.evaluator, spec.judge, spec.prompts, dataset.task, selection.usable, pairs.pairs,
-            spec.summaries.max_new_tokens))
+        pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
+                                     spec.seed)
+        judged = judge_cell(spec, judge, tuned or spec.evaluator, dataset, selection, own, other, pairs)
+        requests, control, familiarity = judged.requests, judged.control, judged.familiarity
     finally:
         store.close()
     judge_prompts = flatten(requests)
