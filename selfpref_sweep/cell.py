@@ -24,7 +24,7 @@ from .familiarity import FamiliarityStage, familiarity_requests, measure_familia
 from .files import atomic_write_json, atomic_write_jsonl
 from .finetune import drop_training_articles, prepare_finetuned_evaluator
 from .judging import ItemRequests, answer_distributions, judge_requests
-from .models import load_model
+from .models import POOL, load_model
 from .models.cached import CachedModel
 from .pairs import PairSet, assign_labels, make_pairs
 from .record import INVERSE_FILE, RESULTS_FILE, STATUS_SKIPPED, SUMMARY_FILE
@@ -119,6 +119,7 @@ class CellModels:
 
     def __init__(self, spec: CellSpec):
         self.spec = spec
+        POOL.configure(spec.model_pool_gb)
         self.store = Store(spec.store_path)
         self.models: List[CachedModel] = []
 

@@ -109,6 +109,11 @@ class ModelConfig:
     stop: List[str] = field(default_factory=list)
     # Reuse the KV cache of shared prompt prefixes when scoring batches of judge prompts.
     prefix_reuse: bool = True
+    # Local models: keep the KV caches of prompt prefixes (chat header + article, ...) between calls, up to
+    # this many MiB per loaded model, so the cells of a sweep over sources compute each article once. 0: off.
+    prefix_cache_mb: float = 1024
+    # Local models: summaries decoded together in one left-padded batch (prompts of similar length).
+    generate_batch: int = 8
     display_name: Optional[str] = None
     # The key of the paper's published summaries this model wrote (gpt35, gpt4, llama): source=paper_<key> is
     # then this model's own text, and evaluator.own_summaries=paper_<key> its published own summaries.
@@ -320,6 +325,14 @@ class PathsConfig:
 
 
 @dataclass
+class ModelPoolConfig:
+    # Loaded models kept in memory between the cells of a sweep that share a process (Hydra's basic
+    # launcher); beyond this many GiB the least recently used idle one is freed. 0: free each model when
+    # its cell ends.
+    budget_gb: float = 8.0
+
+
+@dataclass
 class WandbConfig:
     mode: str = "offline"  # offline | online | disabled
     project: str = "selfpref_sweep"
@@ -345,6 +358,7 @@ class Config:
     bootstrap: BootstrapConfig = field(default_factory=BootstrapConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+    model_pool: ModelPoolConfig = field(default_factory=ModelPoolConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
     seed: int = 0
     show_progress: bool = True

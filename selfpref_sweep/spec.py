@@ -68,6 +68,7 @@ class CellSpec:
     bootstrap: BootstrapConfig
     store_path: str
     model_cache: str
+    model_pool_gb: float  # the process's model pool budget (models/pool.py)
     wandb: WandbConfig
     seed: int
     show_progress: bool
@@ -126,7 +127,8 @@ def resolve_cell(cfg: DictConfig, sweeping: bool = False) -> CellSpec:
         other_display_name=names.get(typed.source.name) or typed.source.display_name or typed.source.name,
         finetune=finetune, prompts=OmegaConf.to_container(cfg.prompts, resolve=True),
         summaries=typed.summaries, judge=typed.judge, articles=typed.articles, bootstrap=typed.bootstrap,
-        store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache), wandb=typed.wandb,
+        store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache),
+        model_pool_gb=float(typed.model_pool.budget_gb), wandb=typed.wandb,
         seed=int(typed.seed), show_progress=bool(typed.show_progress), plan=bool(typed.plan),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), same_model_reason=own_other)
 

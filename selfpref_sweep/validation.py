@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, FinetuneTaskConfig, JudgeConfig,
-                     LoraHyperparameters, ModelConfig, OpenAIFinetuneConfig, SummariesConfig, WandbConfig,
+                     LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SummariesConfig, WandbConfig,
                      WeightsConfig, enum_value)
 from .errors import ConfigError
 
@@ -79,6 +79,9 @@ OPEN_UNIT = Range(low=0, high=1, low_open=True, high_open=True)
 # (schema class, field) -> allowed range. A null is allowed exactly where the schema says Optional.
 RANGES: Dict[Tuple[type, str], Range] = {
     (ModelConfig, "context_tokens"): COUNT,
+    (ModelConfig, "generate_batch"): COUNT,
+    (ModelConfig, "prefix_cache_mb"): NON_NEGATIVE,
+    (ModelPoolConfig, "budget_gb"): NON_NEGATIVE,
     (ModelConfig, "max_concurrency"): COUNT,
     (ModelConfig, "top_logprobs"): Range(low=0, high=MAX_TOP_LOGPROBS, integer=True),
     (ModelConfig, "timeout_s"): POSITIVE,

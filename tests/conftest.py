@@ -26,6 +26,15 @@ def _fake_backend_registered(monkeypatch):
     monkeypatch.setenv("SELFPREF_BACKENDS", FAKE_BACKEND)
 
 
+@pytest.fixture(autouse=True)
+def _empty_model_pool():
+    """Each test starts without loaded models from the one before (the pool is process-wide)."""
+    from selfpref_sweep.models.pool import POOL
+
+    yield
+    POOL.clear()
+
+
 @pytest.fixture
 def compose_cfg(tmp_path):
     """Compose conf/config.yaml with overrides; the store goes under tmp_path, W&B is off."""

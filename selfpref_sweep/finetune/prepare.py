@@ -70,7 +70,8 @@ def prepare_finetuned_evaluator(spec: CellSpec, evaluator: Optional[CachedModel]
     if spec.evaluator.adapter is not None:
         raise ConfigError(f"The evaluator {spec.evaluator.name} already carries an adapter; fine-tune its base.")
     trainer, entry = _trainer_and_entry(spec, spec.show_progress)
-    record, trained = trainer.train_or_load(entry, lambda: build_examples(spec, evaluator), evaluator.close)
+    record, trained = trainer.train_or_load(entry, lambda: build_examples(spec, evaluator),
+                                              lambda: evaluator.close(keep=False))
     return FinetuneResult(model=trainer.tuned_model(entry, record), record=record, trained=trained,
                           entry_dir=entry.dir)
 

@@ -11,6 +11,7 @@ from ..registry import resolve
 from ..store import Store
 from .base import ModelAPI, ModelIdentity
 from .cached import CachedModel
+from .pool import POOL
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -28,11 +29,15 @@ def backend_class(name: str):
 
 
 def load_model(model_cfg: "ModelConfig", store: Store, model_cache: str, show_progress: bool = True) -> CachedModel:
-    """A cached handle on the model; weights load only when a call misses the cache."""
+    """A cached handle on the model; weights load only when a call misses the cache, and come from the
+    process's model pool (models/pool.py) when an earlier cell loaded the same model with the same config."""
     cls = backend_class(model_cfg.backend)
     identity: ModelIdentity = cls.identity_for(model_cfg)
-    factory: Callable[[], ModelAPI] = lambda: cls(model_cfg, model_cache=model_cache, show_progress=show_progress)
-    return CachedModel(identity, factory, store, show_progress=show_progress, judge_settings=cls.judge_settings(model_cfg))
+    key = (identity, repr(model_cfg))  # the config too: settings outside the identity (prefix_reuse, ...)
+    build: Callable[[], ModelAPI] = lambda: cls(model_cfg, model_cache=model_cache, show_progress=show_progress)
+    return CachedModel(identity, lambda: POOL.acquire(key, build), store, show_progress=show_progress,
+                       judge_settings=cls.judge_settings(model_cfg),
+                       release=lambda backend, keep: POOL.release(key, backend, keep))
 
 
 def model_identity(model_cfg: "ModelConfig") -> ModelIdentity:
@@ -40,4 +45,4 @@ def model_identity(model_cfg: "ModelConfig") -> ModelIdentity:
     return backend_class(model_cfg.backend).identity_for(model_cfg)
 
 
-__all__ = ["BACKENDS", "CachedModel", "ModelAPI", "ModelIdentity", "backend_class", "load_model", "model_identity"]
+__all__ = ["BACKENDS", "POOL", "CachedModel", "ModelAPI", "ModelIdentity", "backend_class", "load_model", "model_identity"]

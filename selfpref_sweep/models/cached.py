@@ -46,8 +46,10 @@ class CachedModel:
     so a fully cached re-run never loads a model."""
 
     def __init__(self, identity: ModelIdentity, factory: Callable[[], ModelAPI], store: Store,
-                 show_progress: bool = True, judge_settings: Optional[Dict[str, object]] = None):
+                 show_progress: bool = True, judge_settings: Optional[Dict[str, object]] = None,
+                 release: Optional[Callable[[ModelAPI, bool], None]] = None):
         self.identity = identity
+        self._release = release  # hands the backend back to the model pool instead of closing it
         self.judge_settings = dict(judge_settings or {})
         self._factory = factory
         self._backend: Optional[ModelAPI] = None
@@ -109,7 +111,12 @@ class CachedModel:
                           ) -> Dict[SequenceRequest, SequenceLogprobs]:
         return self._run(requests, "sequence_logprobs", lambda r: self.backend.sequence_logprobs(r), desc)
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Done with the backend: back to the model pool (kept for a later cell unless keep=False or the
+        pool is over its budget), or closed when it did not come from one."""
         if self._backend is not None:
-            self._backend.close()
+            if self._release is not None:
+                self._release(self._backend, keep)
+            else:
+                self._backend.close()
             self._backend = None

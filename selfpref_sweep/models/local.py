@@ -4,7 +4,17 @@ Judging reads the full next-token distribution at the answer position and sums, 
 the probability of every vocabulary token that spells it ("1", " 1", ...). A batch of judge prompts
 is walked over its shared prefixes (models/prefix.py): each distinct prefix (chat header + article,
 then the first summary) goes through the model once into the KV cache, and the prompts that branch
-off at the same point are scored together in one padded batch on a copy of that cache.
+off at the same point are scored together in one padded batch on a read-only expansion of that cache.
+The caches of the prefixes computed are kept between calls in a bounded LRU (`prefix_cache_mb`), so the
+next cell of a sweep (same articles, another source) starts from its articles' prefixes.
+
+Summaries are decoded greedily in left-padded batches of prompts of similar length (`generate_batch`);
+each row stops at its own end-of-turn token. Which prompts share a batch is not part of a summary's cache
+key: a row never attends to another row (its padding is masked and its positions start at its first real
+token), so the batch changes a summary only through floating-point rounding order, as the thread count
+does; keying on it would instead make a re-run over another article subset regenerate (and possibly
+change) summaries that earlier cells already judged. bench/generate_speed.py counts how many batched
+summaries equal the batch-of-one decoding token for token.
 
 Split answers: some tokenizers write " 1" as a whitespace-only piece and then the digit (Llama-2's
 sentencepiece emits "▁", then "1"), so part of the answer's mass sits one position further on. Where the
@@ -25,12 +35,13 @@ import copy
 import logging
 import time
 from functools import cached_property
+from itertools import groupby
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
-from .prefix import Extend, Score, schedule
+from .prefix import Extend, PrefixLRU, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
@@ -105,12 +116,17 @@ def attach_adapter(model, adapter_path: str):
 
 
 class LocalModel(ModelAPI):
+    poolable = True  # weights in memory: worth keeping between cells (models/pool.py)
+
     def __init__(self, cfg, model_cache: str, show_progress: bool = True):
         self.cfg = cfg
         self.identity = self.identity_for(cfg)
         self.model_cache = model_cache
         self.prefix_reuse = bool(option(cfg, "prefix_reuse", True))
         self.max_batch = 8  # prompts scored together after a shared prefix
+        self.generate_batch = int(option(cfg, "generate_batch", 8))
+        self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
+                                    clone=_clone_cache, size=_cache_bytes)
         self._answer_ids: Dict[str, List[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
@@ -166,6 +182,10 @@ class LocalModel(ModelAPI):
     def _decoded_vocab(self) -> List[str]:
         return self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
 
+    def _token_text(self, i: int) -> str:
+        """A token's text; the output layer may have rows past the tokenizer's vocabulary (padding)."""
+        return self._decoded_vocab[i] if i < len(self._decoded_vocab) else f"<id {i}>"
+
     def answer_ids(self, answer: str) -> List[int]:
         if answer not in self._answer_ids:
             special = set(self.tokenizer.all_special_ids)
@@ -195,21 +215,63 @@ class LocalModel(ModelAPI):
 
     # -------------------------------------------------------------- generation
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
-        torch = self.torch
+        """Greedy decoding in batches of up to `generate_batch` prompts; sorted by length so a batch pads
+        little, and grouped by decoding length (a batch shares max_new_tokens)."""
+        encoded = []
         for req in requests:
-            text = self.render(req.messages) if req.messages else req.prompt
-            ids = torch.tensor([self.encode(text, chat=bool(req.messages))], device=self.device)
-            with torch.inference_mode():
-                out = self.model.generate(
-                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=req.max_new_tokens, do_sample=False,
-                    temperature=None, top_p=None, top_k=None, eos_token_id=self._stop_ids,
-                    pad_token_id=self.tokenizer.pad_token_id or self._stop_ids[0],
-                )
-            new = out[0, ids.shape[1]:].tolist()
+            chat = bool(req.messages)
+            encoded.append((req, self.encode(self.render(req.messages) if chat else req.prompt, chat=chat)))
+        encoded.sort(key=lambda e: (e[0].max_new_tokens, len(e[1])))
+        for _, group in groupby(encoded, key=lambda e: e[0].max_new_tokens):
+            group = list(group)
+            for k in range(0, len(group), max(1, self.generate_batch)):
+                yield from self._generate_batch(group[k:k + self.generate_batch])
+
+    def _generate_batch(self, batch: List[Tuple[GenerateRequest, List[int]]]
+                        ) -> Iterator[Tuple[GenerateRequest, Generation]]:
+        """One left-padded batch: the mask hides each row's padding (and generate() derives each row's
+        positions from it), and a row that emits a stop token is finished while the others go on.
+
+        Each prompt but its last token is first run alone into its own KV cache (from the prefix LRU where
+        it holds the prompt's start, and stored there, so scoring these summaries later starts from it):
+        no padding is computed and the prompt is run exactly as a batch of one would. Those caches,
+        left-padded to the batch's width, are what the batch decodes on."""
+        torch = self.torch
+        width = max(len(ids) for _, ids in batch)
+        pad = self._pad_id
+        ids = torch.tensor([[pad] * (width - len(p)) + p for _, p in batch], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for _, p in batch], device=self.device)
+        cache = None
+        if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
+            cache = _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
+        with torch.inference_mode():
+            out = self.model.generate(
+                ids, attention_mask=mask, past_key_values=cache, max_new_tokens=batch[0][0].max_new_tokens,
+                do_sample=False, temperature=None, top_p=None, top_k=None, eos_token_id=self._stop_ids,
+                pad_token_id=pad)
+        stops = set(self._stop_ids)
+        for row, (req, prompt) in enumerate(batch):
+            new = out[row, width:].tolist()
+            # Up to and with the row's first stop token; what follows is the batch's padding.
+            new = new[:next((i + 1 for i, t in enumerate(new) if t in stops), len(new))]
             completion = self.tokenizer.decode(new, skip_special_tokens=True)
             for stop in req.stop:  # completion models run on; cut where the summary ends
                 completion = completion.split(stop)[0]
-            yield req, Generation(text=completion.strip(), prompt_tokens=ids.shape[1], completion_tokens=len(new))
+            yield req, Generation(text=completion.strip(), prompt_tokens=len(prompt), completion_tokens=len(new))
+
+    def _prompt_cache(self, tokens: List[int]):
+        """The KV cache of these tokens: from the longest prefix the LRU holds, the rest computed (and the
+        whole stored)."""
+        n, cache = self.prefix_lru.longest(tokens)
+        if n < len(tokens):
+            cache = self._extend(tokens[n:], cache)
+            self.prefix_lru.put(tokens, cache)
+        return cache
+
+    @property
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self._stop_ids[0]
 
     # ------------------------------------------------------------------ judging
     def answer_distributions(self, requests: Sequence[AnswerRequest]
@@ -263,18 +325,46 @@ class LocalModel(ModelAPI):
 
     def _walk(self, prompts: List[List[int]], steps) -> Iterator[Tuple[Score, object]]:
         """Run a schedule's Extend steps into the KV cache and yield each Score step with the cache of the
-        shared prefix it starts from (None when it starts from scratch)."""
+        shared prefix it starts from (None when it starts from scratch). An Extend starts from the longest
+        prefix of its tokens in the LRU of earlier calls, and its result goes into that LRU."""
         cache, cache_len = None, 0
         for step in steps:
             if cache is not None and cache_len > step.start:
                 cache.crop(step.start - cache_len)  # back to the shared prefix this step starts from
                 cache_len = step.start
             if isinstance(step, Extend):
-                cache = self._extend(prompts[step.prompt][step.start:step.end], cache)
-                cache_len = step.end
-                self.tokens_computed += step.end - step.start
+                tokens = prompts[step.prompt][:step.end]
+                n, stored = self.prefix_lru.longest(tokens, at_least=cache_len + 1)
+                if stored is not None:
+                    cache, cache_len = stored, n
+                if cache_len < step.end:
+                    cache = self._extend(tokens[cache_len:], cache)
+                    self.tokens_computed += step.end - cache_len
+                    cache_len = step.end
+                    self.prefix_lru.put(tokens, cache)
                 continue
-            yield step, cache if step.start else None
+            yield from self._score_from_stored(prompts, step, cache if step.start else None)
+
+    def _score_from_stored(self, prompts: List[List[int]], step: Score, cache) -> Iterator[Tuple[Score, object]]:
+        """A Score step as scheduled, except that prompts with a longer prefix in the prefix LRU start from
+        it: in a later cell an article often has a single new prompt (the new source's summary), which the
+        schedule scores from the shared chat header, not from the article an earlier cell computed. Prompts
+        that find the same stored prefix are scored together on one clone of it. The last prompt token is
+        never taken from the LRU: its position's output is what the step reads."""
+        if not len(self.prefix_lru):
+            yield step, cache
+            return
+        rest, found = [], {}
+        for i in step.prompts:
+            n, stored = self.prefix_lru.longest(prompts[i][:len(prompts[i]) - 1], at_least=step.start + 1)
+            if stored is None:
+                rest.append(i)
+            else:
+                found.setdefault(tuple(prompts[i][:n]), (stored, []))[1].append(i)
+        if rest:
+            yield Score(rest, step.start), cache
+        for key, (stored, group) in found.items():
+            yield Score(group, len(key)), stored
 
     def _token_logprobs(self, hidden, tokens: List[int]) -> float:
         """Sum of log P(token_k | hidden_k) over the text, from the float32 output layer."""
@@ -307,16 +397,17 @@ class LocalModel(ModelAPI):
         return last, out.past_key_values
 
     def _forward_batch(self, suffixes: List[List[int]], cache):
-        """The model's output over the suffixes, in one right-padded batch on a copy of the shared prefix's
-        cache. With right padding no real token attends to a pad (attention is causal), so no mask is needed."""
+        """The model's output over the suffixes, in one right-padded batch on the shared prefix's cache.
+        With right padding no real token attends to a pad (attention is causal), so no mask is needed.
+        The prefix is lent read-only: a new cache object whose layers hold the prefix's tensors expanded
+        (not copied) to the batch; the forward concatenates onto them into new tensors, so the prefix
+        stays intact for the next batch without a copy of its own."""
         torch = self.torch
         width = max(map(len, suffixes))
         pad = self._stop_ids[0]
         ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], device=self.device)
         if cache is not None:
-            cache = copy.deepcopy(cache)  # the shared prefix stays intact for the next batch
-            if len(suffixes) > 1:
-                cache.batch_repeat_interleave(len(suffixes))
+            cache = _clone_cache(cache, batch=len(suffixes))
         with torch.inference_mode():
             return self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True)
 
@@ -361,7 +452,7 @@ class LocalModel(ModelAPI):
             return logits
 
     def _probs(self, hidden):
-        """The next-token distribution of one hidden state (one row at a time, as it always was read)."""
+        """The next-token distribution of a hidden state (or of each row of a batch of them)."""
         torch = self.torch
         with torch.inference_mode():
             return torch.softmax(self._logits(hidden), dim=-1)
@@ -374,11 +465,11 @@ class LocalModel(ModelAPI):
         """One batch's answer distributions, from its last hidden states and its cache; the rows
         whose whitespace-only tokens carry enough mass get a second position (split answers)."""
         dists, picks = [], []
-        for row, (h, req) in enumerate(zip(hidden, requests)):
-            probs = self._probs(h)
+        # One output-layer product for the whole batch: the float32 head is read once, not once per row.
+        batch_probs = self._probs(hidden)
+        for row, (probs, req) in enumerate(zip(batch_probs, requests)):
             top = probs.topk(5)
-            top_tokens = [(self._decoded_vocab[i], round(float(p), 6))
-                          for p, i in zip(top.values, top.indices.tolist())]
+            top_tokens = [(self._token_text(i), round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist())]
             dists.append(AnswerDistribution(probs=self._answer_probs(probs, req.answers), method=FULL_METHOD,
                                             top_tokens=top_tokens, prompt_tokens=lengths[row]))
             ws = self._whitespace_ids
@@ -394,8 +485,53 @@ class LocalModel(ModelAPI):
             self.second_positions += len({row for row, _, _ in picks})
         return dists
 
+    def memory_bytes(self) -> int:
+        """What this loaded model holds in memory: weights, the float32 output layer once built, and the
+        prefix LRU (the model pool's budget counts these)."""
+        if self.model is None:
+            return 0
+        total = sum(t.numel() * t.element_size() for t in self.model.parameters())
+        if "_head_fp32" in self.__dict__:
+            total += sum(t.numel() * t.element_size() for t in self._head_fp32 if t is not None)
+        return total + self.prefix_lru.bytes
+
     def close(self) -> None:
         self.model = None
+        self.prefix_lru.clear()
+        self.__dict__.pop("_head_fp32", None)
+
+
+def _clone_cache(cache, batch: int = 1):
+    """A new cache object on the same tensors (expanded, not copied, to `batch` rows). The cache classes
+    used here never change a tensor in place (they concatenate, slice and index into new ones), so the
+    clone and the original can each grow or be cropped without touching the other."""
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    if batch > 1:
+        for layer in twin.layers:
+            if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+                layer.keys = layer.keys.expand(batch, -1, -1, -1)
+                layer.values = layer.values.expand(batch, -1, -1, -1)
+    return twin
+
+
+def _stack_left_padded(caches: List[object], width: int):
+    """One batch cache from single-row caches of different lengths: each row left-padded with zeros to
+    `width` positions (the attention mask hides them), rows stacked in order."""
+    import torch
+
+    batch = _clone_cache(caches[0])
+    for k, layer in enumerate(batch.layers):
+        def stacked(name):
+            rows = [getattr(c.layers[k], name) for c in caches]
+            return torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in rows], dim=0)
+        layer.keys, layer.values = stacked("keys"), stacked("values")
+    return batch
+
+
+def _cache_bytes(cache) -> int:
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
+               if t is not None)
 
 
 def _croppable(cache) -> bool:

@@ -4,14 +4,16 @@ Judge prompts share long prefixes: the chat header and article (all prompts of a
 question), then the first summary (every pair that starts with the same summary). The schedule
 computes each shared prefix once into the KV cache (`Extend`), then scores the prompts that branch
 off at the same point together in one padded batch (`Score`), so the model runs a few large forwards
-instead of one small forward per prompt.
+instead of one small forward per prompt. `PrefixLRU` keeps those prefixes' caches between calls, so
+the next cell of a sweep (same articles, another source) starts where the last one left off.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import groupby
-from typing import List, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 
 @dataclass(frozen=True)
@@ -90,3 +92,69 @@ def computed_tokens(prompts: Sequence[Sequence[int]], steps: Sequence[Step]) -> 
         else:
             total += sum(len(prompts[i]) - step.start for i in step.prompts)
     return total
+
+
+class PrefixLRU:
+    """KV caches of prompt prefixes kept between calls, bounded in bytes, least recently used out first.
+
+    A sweep over sources asks a judge about the same articles cell after cell: every judge prompt of an
+    article starts with the same chat header and article. The backend stores the cache of each prefix it
+    computes (`put`) and, before computing one, starts from the longest stored prefix of it (`longest`).
+    Keys are token tuples, so two prompts share an entry only where their tokens are equal; the pool keeps
+    one LRU per loaded model, so the model identity is part of the key by construction.
+
+    The values are backend cache objects; `clone` gives an independent handle on the same tensors and
+    `size` their bytes. Entries are never changed in place: a backend extends or crops its clone.
+    """
+
+    def __init__(self, max_bytes: int, clone: Callable[[object], object], size: Callable[[object], int]):
+        self.max_bytes = int(max_bytes)
+        self._clone = clone
+        self._size = size
+        self._entries: "OrderedDict[Tuple[int, ...], Tuple[object, int]]" = OrderedDict()
+        self._lengths: Dict[int, int] = {}  # prefix length -> how many entries have it
+        self.bytes = 0
+        self.hits = 0
+        self.tokens_reused = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def longest(self, tokens: Sequence[int], at_least: int = 1) -> Tuple[int, Optional[object]]:
+        """The longest stored prefix of `tokens` (at least `at_least` long): its length and a clone of its
+        cache, or (0, None)."""
+        for n in sorted(self._lengths, reverse=True):
+            if n > len(tokens) or n < at_least:
+                continue
+            key = tuple(tokens[:n])
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                self.tokens_reused += n
+                return n, self._clone(self._entries[key][0])
+        return 0, None
+
+    def put(self, tokens: Sequence[int], cache: object) -> None:
+        if self.max_bytes <= 0 or not tokens:
+            return
+        key = tuple(tokens)
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return
+        size = self._size(cache)
+        if size > self.max_bytes:
+            return
+        self._entries[key] = (self._clone(cache), size)
+        self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            old, (_, old_size) = self._entries.popitem(last=False)
+            self.bytes -= old_size
+            self._lengths[len(old)] -= 1
+            if not self._lengths[len(old)]:
+                del self._lengths[len(old)]
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._lengths.clear()
+        self.bytes = 0
