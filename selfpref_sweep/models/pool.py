@@ -82,12 +82,14 @@ class ModelPool:
 
     def _evict(self) -> None:
         """Free idle backends, least recently used first, until the pool's memory is within the budget."""
+        total = self.memory_bytes()
         for key in list(self._entries):
-            if self.memory_bytes() <= self.budget_bytes:
+            if total <= self.budget_bytes:
                 return
             entry = self._entries[key]
             if entry.leases:
                 continue
+            total -= _memory(entry.backend)
             del self._entries[key]
             log.info("freeing pooled model %s (pool over %.1f GiB)", entry.backend.identity.label,
                      self.budget_bytes / GIB)

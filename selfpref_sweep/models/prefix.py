@@ -114,8 +114,6 @@ class PrefixLRU:
         self._entries: "OrderedDict[Tuple[int, ...], Tuple[object, int]]" = OrderedDict()
         self._lengths: Dict[int, int] = {}  # prefix length -> how many entries have it
         self.bytes = 0
-        self.hits = 0
-        self.tokens_reused = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -129,8 +127,6 @@ class PrefixLRU:
             key = tuple(tokens[:n])
             if key in self._entries:
                 self._entries.move_to_end(key)
-                self.hits += 1
-                self.tokens_reused += n
                 return n, self._clone(self._entries[key][0])
         return 0, None
 
