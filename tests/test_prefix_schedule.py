@@ -62,3 +62,42 @@ def test_prefix_prompts_and_duplicates_are_still_scored():
     assert sorted(simulate(prompts, steps)) == [0, 1, 2, 3]
     with pytest.raises(ValueError):
         schedule([[1], []])
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("min_saving", [4, 16, 1000])
+def test_min_saving_only_extends_what_pays_and_still_scores_everything(seed, min_saving):
+    rng = random.Random(seed)
+    stems = [[rng.randrange(5) for _ in range(rng.randrange(1, 12))] for _ in range(4)]
+    prompts = []
+    for _ in range(rng.randrange(1, 30)):
+        p = rng.choice(stems) + [rng.randrange(4) for _ in range(rng.randrange(0, 8))] + [99]
+        if p not in prompts:
+            prompts.append(p)
+    steps = schedule(prompts, max_batch=3, min_saving=min_saving)
+    assert sorted(simulate(prompts, steps)) == list(range(len(prompts)))
+    assert all(len(s.prompts) <= 3 for s in steps if isinstance(s, Score))
+    exact = schedule(prompts, max_batch=3)
+    assert computed_tokens(prompts, steps) >= computed_tokens(prompts, exact) == trie_size(prompts)
+    assert sum(isinstance(s, Extend) for s in steps) <= sum(isinstance(s, Extend) for s in exact)
+    for step in steps:
+        if isinstance(step, Extend):  # every Extend saves at least min_saving recomputed tokens
+            below = [p for p in prompts if p[: step.end] == prompts[step.prompt][: step.end]]
+            assert (step.end - step.start) * (len(below) - 1) >= min_saving
+
+
+def test_short_shared_stretches_are_not_a_forward_of_their_own():
+    # Judge-shaped: a long article, then summaries; two of the other summaries start with the same two
+    # tokens ("The man"). The exact trie extends those 2 tokens on their own; with min_saving they are
+    # recomputed in both rows, and the branch's prompts are scored in one batch instead of three steps.
+    header, own, tail = list(range(100, 160)), [10, 11, 12, 13, 14, 15, 16, 17], [50, 51]
+    others = [[7, 8, 20], [7, 8, 21], [30, 31, 32], [40, 41, 42]]
+    prompts = [header + o + own + tail for o in others] + [header + own + o + tail for o in others]
+    exact, merged = schedule(prompts), schedule(prompts, min_saving=8)
+    assert sorted(simulate(prompts, merged)) == list(range(8))
+    extends = [(s.start, s.end) for s in merged if isinstance(s, Extend)]
+    assert extends == [(0, 60), (60, 68)]  # the article, then the own summary (7 × 8 tokens saved)
+    assert len([s for s in merged if isinstance(s, Score)]) == 2
+    assert len(merged) < len(exact)
+    # "The man" recomputed once more in each branch (after the article, and after the own summary)
+    assert computed_tokens(prompts, merged) == computed_tokens(prompts, exact) + 2 + 2

@@ -87,6 +87,44 @@ def evaluator_variant(row: dict[str, Any] | pd.Series) -> str:
     return name
 
 
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict flattened to dotted keys ({"lora": {"r": 8}} -> {"lora.r": 8}); anything else: {}."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        name = f"{prefix}{key}"
+        out.update(_flat(v, name + ".") if isinstance(v, dict) else {name: v})
+    return out
+
+
+def distinct_variant_names(cell_rows: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """cell_id -> a variant name that tells apart fine-tunes the readable name would merge.
+
+    The readable name (evaluator + task + fine-tune dataset + N) is the same for fine-tunes that differ only
+    in their hyperparameters (a learning-rate sweep) or seed, yet they are different models: pooling them into
+    one paper unit would average different evaluators. Where one name covers several fine-tune fingerprints,
+    each gets the hyperparameters that differ among them ("lr=0.0003"), or its fingerprint's start when none
+    do (e.g. other training data)."""
+    by_name: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in cell_rows:
+        if row.get("is_finetuned") and row.get("finetune_fingerprint"):
+            by_name.setdefault(row["evaluator_variant"], {})[row["finetune_fingerprint"]] = (
+                row.get("finetune_hyperparameters") or {})
+    out: dict[str, str] = {}
+    for row in cell_rows:
+        fingerprints = by_name.get(row["evaluator_variant"], {})
+        if len(fingerprints) < 2:
+            continue
+        hyper = fingerprints[row["finetune_fingerprint"]]
+        keys = sorted({k for h in fingerprints.values() for k in h})
+        differing = [k for k in keys if len({repr(h.get(k)) for h in fingerprints.values()}) > 1]
+        tag = ", ".join(f"{k}={hyper.get(k)}" for k in differing) if differing else \
+            f"adapter {row['finetune_fingerprint'][:8]}"
+        out[row["cell_id"]] = f"{row['evaluator_variant']} [{tag}]"
+    return out
+
+
 def read_overrides(cell_dir: Path) -> str:
     """The cell's Hydra overrides as one line ("evaluator=qwen05 source=human"), "" if none."""
     path = cell_dir / ".hydra" / "overrides.yaml"
@@ -202,6 +240,10 @@ def _cell_row(summary: dict[str, Any], cell_id: str, cell_dir: Path, sweep: str)
     row["own_summaries"] = _own_summaries(summary)
     row["evaluator_variant"] = evaluator_variant(row)
     row["is_finetuned"] = row["finetune_task"] not in (None, "none")
+    ft = _block(summary, "finetune")
+    row["finetune_fingerprint"] = str(ft.get("fingerprint") or "") if row["is_finetuned"] else ""
+    row["finetune_hyperparameters"] = ({**_flat(ft.get("hyperparameters")), "seed": ft.get("seed")}
+                                       if row["is_finetuned"] else {})
     for key in ("n_articles", "n_items", "n_excluded", "model_calls", "elapsed_s"):
         row[key] = num(summary.get(key))
     row.update(_metric(summary, "recognition", "rec"))
@@ -274,8 +316,8 @@ _FAMILIARITY_COLS = ("fam_enabled", *(f"fam_{b}_{k}" for b in ("diff", "lr") for
 CELL_COLUMNS: tuple[str, ...] = (
     ("cell_id", "sweep", "path")
     + CELL_KEYS
-    + ("own_summaries", "evaluator_variant", "is_finetuned", "n_articles", "n_items", "n_excluded", "model_calls",
-       "elapsed_s")
+    + ("own_summaries", "evaluator_variant", "is_finetuned", "finetune_fingerprint", "finetune_hyperparameters",
+       "n_articles", "n_items", "n_excluded", "model_calls", "elapsed_s")
     + _METRIC_COLS
     + _QUALITY_COLS
     + _COMPETENCE_COLS
@@ -364,6 +406,9 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
             if bad:
                 problem(STATUS_WARNING, f"{bad} malformed line(s) in results.jsonl skipped")
 
+    names = distinct_variant_names(cell_rows)
+    for row in (*cell_rows, *item_rows):
+        row["evaluator_variant"] = names.get(row["cell_id"], row["evaluator_variant"])
     cells = pd.DataFrame(cell_rows, columns=list(CELL_COLUMNS))
     items = pd.DataFrame(item_rows, columns=list(ITEM_COLUMNS))
     return SweepData(sweep_dirs=dirs, cells=cells, items=items, problems=problems, n_cell_dirs=n_cell_dirs)

@@ -25,6 +25,7 @@ from .fit import (
     fit_robustness,
 )
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
+from .paired import finetune_vs_base
 from .units import paper_units, source_points
 from .plots import PlotFile, make_plots
 from .report import Section, write_report
@@ -51,6 +52,7 @@ class AnalysisResult:
     report_html: Path
     data: SweepData
     units: pd.DataFrame  # the paper's unit: evaluator variant × dataset × setting × label
+    diffs: pd.DataFrame  # fine-tuned minus base model on the same items, per fine-tuned paper unit
     points: pd.DataFrame  # the source level: one row per cell, means over the items kept in both questions
     unit_fits: list[FitResult]  # the headline
     robustness_fits: list[FitResult]
@@ -212,6 +214,21 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "cross-dataset) where both occur.",
             t["interaction"],
         ),
+        *([Section(
+            "Fine-tuned vs base model on the same items",
+            "What it means: what each fine-tune changed. Every fine-tuned evaluator is compared with its own base "
+            "model on the items both judged (same article, same other source), so the articles' difficulty and "
+            "the other summaries are held fixed; a CI that excludes 0 is a change the fine-tune made. Read the "
+            "recognition arms down by N for a dose-response; a control fine-tune (another task on the same "
+            "prompt) that moves recognition or preference as much says the change is not specific to learning "
+            "recognition.\n\n"
+            "How: per source the mean of the item differences (fine-tuned − base, items kept in both questions by "
+            "both models), then the mean over sources; 95% CIs from the article-clustered bootstrap of the paper "
+            "units. A fine-tune evaluated in-domain starts after its training articles, so it shares items with "
+            "the base model only when the evaluation articles lie past every fine-tune's training articles "
+            "(dataset.offset); rows without shared items say so.",
+            t["finetune_vs_base"], [plots["finetune_vs_base"]] if "finetune_vs_base" in plots else [])]
+          if not result.diffs.empty else []),
         Section("Familiarity: a rival explanation", F.familiarity_note(data.cells, result.familiarity_fits),
                 t["familiarity"]),
         *([Section("The likelihood recognizer next to verbal recognition, per paper unit",
@@ -271,6 +288,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "interaction.csv": T.interactions_frame(result.interactions),
         "familiarity.csv": F.fits_frame(result.familiarity_fits),
         "paper_units.csv": result.units,
+        "finetune_vs_base.csv": result.diffs,
         "cells.csv": T.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
     }
@@ -349,6 +367,7 @@ def run_analysis(
 
     units = paper_units(data.items, data.cells, seed=0)
     points = source_points(data.items)
+    diffs = finetune_vs_base(data.items, seed=0)
     unit_fits = fit_paper_units(units)
     robustness_fits = fit_robustness(points, data.items)
     interactions = fit_interactions(units, points, recognition_tasks)
@@ -357,6 +376,7 @@ def run_analysis(
         "problems": T.problems_table(data.problems_df),
         "regression_units": T.regression_table(unit_fits),
         "units": T.units_table(units),
+        "finetune_vs_base": T.finetune_vs_base_table(diffs),
         "regression_robustness": T.regression_table(robustness_fits),
         "interaction": T.interaction_table(interactions),
         "familiarity": F.fits_table(familiarity_fits),
@@ -371,9 +391,10 @@ def run_analysis(
         "exclusions": T.exclusions_table(data.cells),
         "finetune": T.finetune_table(data.cells),
     }
-    plots = make_plots(data.cells, units, unit_fits, analysis_dir)
+    plots = make_plots(data.cells, units, unit_fits, analysis_dir, diffs)
     result = AnalysisResult(
         out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, units=units,
+        diffs=diffs,
         points=points, unit_fits=unit_fits, robustness_fits=robustness_fits, interactions=interactions,
         familiarity_fits=familiarity_fits, tables=tables, plots=plots, recognition_tasks=tuple(recognition_tasks),
     )

@@ -3,6 +3,8 @@
 - scatter (the headline): paper-unit preference vs recognition, one panel per setting × label condition,
   points coloured by finetune_task and shaped by dataset, with the OLS line and its 95% confidence band.
 - heatmaps: evaluator x source matrices of mean recognition and of mean preference.
+- fine-tuned vs base: each fine-tuned variant's change in recognition and in preference over its base model on
+  the same items, with 95% CIs (a dose-response reads down a panel).
 """
 
 from __future__ import annotations
@@ -169,11 +171,51 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     return PlotFile(title, path)
 
 
-def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path) -> list[PlotFile]:
+def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds") -> PlotFile:
+    """Fine-tuned minus base (same items) per variant: recognition and preference side by side with their 95%
+    CIs, one panel per dataset × setting × label. The log-odds scale by default: the paper's scale squashes a
+    change toward 0 by the judge's position bias."""
+    scale_name = {"paper": "paper's scale", "logodds": "log-odds scale"}[scale]
+    title = f"Fine-tuned minus base model on the same items ({scale_name}), 95% article-clustered CIs"
+    usable = diffs.dropna(subset=[f"drec_{scale}_mean", f"dpref_{scale}_mean"]) if not diffs.empty else diffs
+    if usable.empty:
+        _empty_figure(path, "No fine-tuned evaluator shares items with its base model: nothing to plot.")
+        return PlotFile(title, path)
+    facets = list(dict.fromkeys(zip(usable["dataset"], usable["setting"], usable["label"])))
+    n_max = max(len(usable[(usable["dataset"] == d) & (usable["setting"] == s) & (usable["label"] == l)])
+                for d, s, l in facets)
+    rows, cols = _grid(len(facets), max_cols=2)
+    fig = Figure(figsize=(6.4 * cols, rows * (1.2 + 0.42 * n_max) + 0.9), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    styles = {"rec": ("recognition", "tab:blue", -0.17), "pref": ("preference", "tab:orange", 0.17)}
+    for ax, (ds, setting, label) in zip(axes.ravel(), facets):
+        sub = usable[(usable["dataset"] == ds) & (usable["setting"] == setting) & (usable["label"] == label)]
+        y = np.arange(len(sub))[::-1]
+        for q, (name, colour, shift) in styles.items():
+            ax.errorbar(sub[f"d{q}_{scale}_mean"], y + shift, xerr=_yerr(sub, f"d{q}_{scale}"), fmt="o",
+                        color=colour, elinewidth=1.0, capsize=2, markersize=5, label=f"Δ {name}")
+        ax.axvline(0.0, color="0.6", lw=0.8, ls="--", zorder=0)
+        ax.set_yticks(y, [str(v).replace(" [", "\n[", 1) for v in sub["evaluator_variant"]], fontsize=7)
+        ax.set_xlabel(f"fine-tuned − base ({scale_name})")
+        ax.set_title(f"{ds} · {setting} · label={label}", fontsize=9)
+    handles = [Line2D([], [], marker="o", ls="", color=c, label=f"Δ {n}") for n, c, _ in styles.values()]
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=_DPI)
+    return PlotFile(title, path)
+
+
+def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path,
+               diffs: pd.DataFrame | None = None) -> list[PlotFile]:
     """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [
+    plots = [
         scatter_plot(units, unit_fits, out_dir / "preference_vs_recognition.png"),
         heatmap_plot(cells, "rec", out_dir / "heatmap_recognition.png"),
         heatmap_plot(cells, "pref", out_dir / "heatmap_preference.png"),
     ]
+    if diffs is not None and not diffs.empty:
+        plots.append(finetune_vs_base_plot(diffs, out_dir / "finetune_vs_base.png"))
+    return plots

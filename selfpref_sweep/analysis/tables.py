@@ -153,6 +153,20 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
     ])
 
 
+def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
+    """Fine-tuned minus base on the same items, both scales with CIs (analysis/paired.py)."""
+    cols = ["setting", "label", "dataset", "fine-tuned evaluator", "transfer", "sources", "n articles", "n items",
+            "Δ recognition [95% CI]", "Δ preference [95% CI]", "Δ recognition, log-odds [95% CI]",
+            "Δ preference, log-odds [95% CI]", "note"]
+    return _table(diffs, cols, lambda d: [
+        d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
+        fmt_int(d["n_articles"]), fmt_int(d["n_items"]),
+        *(_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"])
+          for s in ("paper", "logodds") for q in ("rec", "pref")),
+        d["note"] or "",
+    ])
+
+
 def _est_ci(est: float, lo: float, hi: float) -> str:
     return DASH if fmt(est) == DASH else f"{fmt(est)} {fmt_ci(lo, hi)}"
 
@@ -363,4 +377,7 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
         return cells
     df = cells.copy()
     df["exclusions"] = df["exclusions"].map(lambda d: "; ".join(f"{k}={fmt_int(v)}" for k, v in sorted((d or {}).items())))
+    if "finetune_hyperparameters" in df:
+        df["finetune_hyperparameters"] = df["finetune_hyperparameters"].map(
+            lambda d: "; ".join(f"{k}={v}" for k, v in sorted((d or {}).items())))
     return df.replace({np.nan: None})

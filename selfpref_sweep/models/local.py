@@ -58,6 +58,9 @@ SPLIT_METHOD = "full_distribution+split"  # ... plus a second position after whi
 SPLIT_MIN_MASS = 0.01
 SPLIT_MAX_TOKENS = 4
 
+# See LocalModel.min_extend_saving; chosen with bench/judge_speed.py (README, "Caching and speed").
+MIN_EXTEND_SAVING = 32
+
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
 
@@ -124,6 +127,9 @@ class LocalModel(ModelAPI):
         self.model_cache = model_cache
         self.prefix_reuse = bool(option(cfg, "prefix_reuse", True))
         self.max_batch = 8  # prompts scored together after a shared prefix
+        # A shared stretch gets a forward of its own only if that saves this many recomputed tokens: each
+        # forward pass reads every weight once, worth about as much as a few dozen tokens on a CPU.
+        self.min_extend_saving = MIN_EXTEND_SAVING
         self.generate_batch = int(option(cfg, "generate_batch", 8))
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
@@ -284,7 +290,7 @@ class LocalModel(ModelAPI):
                 self.tokens_requested += len(ids)
                 yield req, self._distributions(hidden, batch_cache, [len(ids)], [req])[0]
             return
-        for step, cache in self._walk(prompts, schedule(prompts, max_batch=self.max_batch)):
+        for step, cache in self._walk(prompts, schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving)):
             suffixes = [prompts[i][step.start:] for i in step.prompts]
             hidden, batch_cache = self._forward_last(suffixes, cache=cache)
             self.tokens_computed += sum(map(len, suffixes))
@@ -311,7 +317,7 @@ class LocalModel(ModelAPI):
             prompts.append(prompt)
             texts.append(text)
         # Without prefix reuse, each prompt is scored from scratch.
-        steps = schedule(prompts, max_batch=self.max_batch) if self.prefix_reuse else \
+        steps = schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse else \
             [Score([i], 0) for i in range(len(prompts))]
         for step, cache in self._walk(prompts, steps):
             suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]

@@ -44,7 +44,7 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8) -> List[Step]:
+def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8, min_saving: int = 0) -> List[Step]:
     """Steps that score every prompt once. Every prompt must be non-empty.
 
     In a sorted list, the prefix shared by a run of prompts is the prefix of its first and last.
@@ -52,34 +52,49 @@ def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8) -> List[Step]
     batches of at most `max_batch` (similar lengths together, to limit padding); longer runs are
     walked recursively. The last token of a prompt is never part of a shared prefix, because its
     position's logits are the answer.
+
+    Every Extend is a forward pass of its own, whose fixed cost (reading every weight once) is worth
+    tens of tokens on a CPU. So a shared stretch is extended only when computing it once saves at least
+    `min_saving` tokens over recomputing it in each prompt below it ((prompts − 1) × its length);
+    otherwise it is left to the next Extend down the trie or to the leaves' own batch, and the leaves it
+    would have split off are scored together with their parent's. `min_saving=0` walks the exact trie
+    (each distinct prefix token computed once).
     """
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt")
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
     steps: List[Step] = []
 
-    def visit(group: List[int], cached: int) -> None:
+    def score(leaves: List[int], cached: int) -> None:
+        leaves = sorted(leaves, key=lambda i: len(prompts[i]))
+        for k in range(0, len(leaves), max_batch):
+            steps.append(Score(leaves[k : k + max_batch], cached))
+
+    def visit(group: List[int], cached: int) -> List[int]:
+        """Schedule a group whose prompts share tokens [:cached] (the cache's length when its steps run);
+        returns the prompts left to be scored from `cached` by the caller."""
         if len(group) == 1:
-            steps.append(Score([group[0]], cached))
-            return
+            return list(group)
         first, last = prompts[group[0]], prompts[group[-1]]
         shared = min(common_prefix_len(first, last), min(len(prompts[i]) for i in group) - 1)
-        if shared > cached:
+        start = cached
+        if shared > cached and (shared - cached) * (len(group) - 1) >= max(1, min_saving):
             steps.append(Extend(group[0], cached, shared))
-            cached = shared
+            start = shared
         leaves: List[int] = []
-        for _, run in groupby(group, key=lambda i: prompts[i][cached]):
+        for _, run in groupby(group, key=lambda i: prompts[i][shared]):
             run = list(run)
             if len(run) == 1 or len(run) == len(group):  # a leaf, or no further split possible
                 leaves.extend(run)
             else:
-                visit(run, cached)
-        leaves.sort(key=lambda i: len(prompts[i]))
-        for k in range(0, len(leaves), max_batch):
-            steps.append(Score(leaves[k : k + max_batch], cached))
+                leaves.extend(visit(run, start))
+        if start == cached:  # nothing extended here: the caller scores these with its own
+            return leaves
+        score(leaves, start)
+        return []
 
     if order:
-        visit(order, 0)
+        score(visit(order, 0), 0)
     return steps
 
 
