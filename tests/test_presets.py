@@ -55,6 +55,25 @@ def test_dose_response_preset_is_the_planned_design():
     assert n == {"recognition_n2": 2, "recognition_n50": 50, "vowel_n10": 10}
 
 
+def test_dose_response_arms_share_their_evaluation_articles():
+    # Every arm, in-domain and cross-dataset, is judged on the same articles, all past the largest N's training
+    # articles: the fine-tuned models can be compared with the base item by item, and none sees its training data.
+    from selfpref_sweep.spec import resolve_cell
+
+    arms = _compose(["experiment=finetune_dose_response"]).hydra.sweeper.params["finetune_arm"].split(",")
+    for dataset in ("paper_xsum", "paper_cnn"):
+        starts = {}
+        for arm in arms:
+            with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+                cfg = compose("config", overrides=["experiment=finetune_dose_response", f"finetune_arm={arm}",
+                                                   f"dataset={dataset}", "dataset.root=/nonexistent"])
+            spec = resolve_cell(cfg)
+            starts[arm] = (spec.dataset.offset, spec.dataset.n_articles)
+            if spec.finetune is not None:
+                assert spec.finetune.train_end <= spec.dataset.offset
+        assert set(starts.values()) == {(50, 10)}, starts
+
+
 def test_command_line_overrides_a_preset_sweep():
     cfg = _compose(["experiment=notebook", "dataset.n_articles=3"])
     assert cfg.evaluator.name == "gpt41_nano" and cfg.dataset.n_articles == 3

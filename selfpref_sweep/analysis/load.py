@@ -114,8 +114,8 @@ def distinct_variant_names(cell_rows: Sequence[dict[str, Any]]) -> dict[str, str
     out: dict[str, str] = {}
     for row in cell_rows:
         fingerprints = by_name.get(row["evaluator_variant"], {})
-        if len(fingerprints) < 2:
-            continue
+        if len(fingerprints) < 2 or row.get("finetune_fingerprint") not in fingerprints:
+            continue  # nothing to tell apart (or an older record without a fingerprint: left as it is)
         hyper = fingerprints[row["finetune_fingerprint"]]
         keys = sorted({k for h in fingerprints.values() for k in h})
         differing = [k for k in keys if len({repr(h.get(k)) for h in fingerprints.values()}) > 1]

@@ -78,7 +78,10 @@ def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence
                     frame, "v", n_resamples=n_resamples, confidence=confidence, seed=seed)
         rows.append(row)
     out = pd.DataFrame(rows, columns=COLUMNS)
-    # Readable order: per condition, each task's arms by N (a dose-response reads down the rows).
+    # Readable order: per condition, the recognition arms by N (a dose-response reads down the rows), then each
+    # control task's.
     out["_n"] = pd.to_numeric(out["finetune_n_articles"], errors="coerce")
-    out = out.sort_values([*_GROUP, "transfer", "finetune_task", "_n", "evaluator_variant"], kind="stable")
-    return out.drop(columns="_n").reset_index(drop=True)
+    out["_control"] = out["finetune_task"] != "recognition"
+    out = out.sort_values([*_GROUP, "transfer", "_control", "finetune_task", "_n", "evaluator_variant"],
+                          kind="stable")
+    return out.drop(columns=["_n", "_control"]).reset_index(drop=True)

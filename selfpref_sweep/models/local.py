@@ -290,7 +290,8 @@ class LocalModel(ModelAPI):
                 self.tokens_requested += len(ids)
                 yield req, self._distributions(hidden, batch_cache, [len(ids)], [req])[0]
             return
-        for step, cache in self._walk(prompts, schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving)):
+        steps = schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving)
+        for step, cache in self._walk(prompts, steps):
             suffixes = [prompts[i][step.start:] for i in step.prompts]
             hidden, batch_cache = self._forward_last(suffixes, cache=cache)
             self.tokens_computed += sum(map(len, suffixes))
@@ -317,8 +318,8 @@ class LocalModel(ModelAPI):
             prompts.append(prompt)
             texts.append(text)
         # Without prefix reuse, each prompt is scored from scratch.
-        steps = schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse else \
-            [Score([i], 0) for i in range(len(prompts))]
+        steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
+                 else [Score([i], 0) for i in range(len(prompts))])
         for step, cache in self._walk(prompts, steps):
             suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
             hidden = self._forward_batch(suffixes, cache).last_hidden_state
