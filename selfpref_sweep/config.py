@@ -101,7 +101,8 @@ class ModelConfig:
     hf_id: Optional[str] = None
     revision: Optional[str] = None
     weights: Optional[WeightsConfig] = None
-    dtype: str = "bfloat16"
+    # auto: bfloat16 where the device computes it natively, else float32 (models/precision.py)
+    dtype: str = "auto"
     # Chat models use their own chat template; base models use `completion_prompt`
     # (with {article}) and stop at `stop` strings.
     chat: bool = True
@@ -220,7 +221,7 @@ class FinetuneTaskConfig:
     epochs: int = 1
     batch_size: int = 1
     max_steps: Optional[int] = None  # cap on optimizer steps (null: epochs over every example)
-    dtype: Optional[str] = None  # training dtype; null: the evaluator's (bf16 where the CPU supports it)
+    dtype: Optional[str] = None  # training dtype; null: the evaluator's (auto: bf16 where native, else float32)
     # API trainer.
     openai: OpenAIFinetuneConfig = field(default_factory=OpenAIFinetuneConfig)
     # The paper's inverse-causation check: the fine-tuned model writes new summaries and judges them

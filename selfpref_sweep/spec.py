@@ -22,6 +22,7 @@ from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, Dat
                      SummariesConfig, WandbConfig)
 from .data import paper_key_of
 from .errors import ConfigError
+from .models.precision import AUTO, resolve_dtype
 from .record import CellCoordinates, Transfer, transfer_of
 from .summaries import OWN_DATASET, OWN_GENERATED, own_origin
 
@@ -191,6 +192,11 @@ def _typed(cfg: DictConfig) -> Config:
     if not isinstance(typed, Config):  # composed without the schema (a hand-made config)
         raise ConfigError("The config was not composed with the selfpref_sweep schema (conf/config.yaml's "
                           "base_config).")
+    # dtype auto becomes this machine's bf16 or float32 here, once, so every identity and cache key holds
+    # the dtype the model really runs in.
+    for model in (typed.evaluator, typed.source.model):
+        if model is not None and model.dtype == AUTO:
+            model.dtype = resolve_dtype(model.dtype)
     return typed
 
 

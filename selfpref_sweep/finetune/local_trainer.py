@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..config import AdapterConfig, FinetuneTaskConfig, ModelConfig
 from ..errors import ConfigError
+from ..models.precision import AUTO, resolve_dtype
 from .examples import ExampleSet, TrainingExample
 from .trainer import Trainer
 
@@ -44,7 +45,7 @@ def bf16_supported(torch) -> bool:
 
 
 def training_dtype(requested: Optional[str], evaluator_dtype: Optional[str], torch) -> str:
-    want = requested or evaluator_dtype or "bfloat16"
+    want = resolve_dtype(requested or evaluator_dtype or AUTO)
     if want == "bfloat16" and not bf16_supported(torch):
         log.warning("bfloat16 is not supported for training on this machine; training in float32")
         return "float32"
@@ -88,7 +89,7 @@ def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: Optional[str]) 
     return {"method": "lora", "lora": lora, "lr": float(t.lr), "weight_decay": float(t.weight_decay),
             "epochs": int(t.epochs), "batch_size": int(t.batch_size),
             "max_steps": None if t.max_steps is None else int(t.max_steps),
-            "dtype": t.dtype or evaluator_dtype, "optimizer": "adamw", "schedule": "constant",
+            "dtype": resolve_dtype(t.dtype or evaluator_dtype or AUTO), "optimizer": "adamw", "schedule": "constant",
             "loss": "answer_token"}
 
 

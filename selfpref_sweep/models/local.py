@@ -41,6 +41,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
+from .precision import resolve_dtype
 from .prefix import Extend, PrefixLRU, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
 
@@ -141,7 +142,7 @@ class LocalModel(ModelAPI):
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
-        return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg), dtype=cfg.dtype,
+        return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg), dtype=resolve_dtype(cfg.dtype),
                              adapter=adapter_fingerprint(cfg), backend_version=BACKEND_VERSION)
 
     def _load(self) -> None:
@@ -156,7 +157,7 @@ class LocalModel(ModelAPI):
             path, kwargs = self.cfg.hf_id, {"revision": option(self.cfg, "revision")}
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.cfg.dtype), **kwargs)
+            self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, self.identity.dtype), **kwargs)
         except OSError as exc:  # no hub here: name the way out instead of a long traceback
             raise ModelUnavailableError(
                 f"Could not load model {self.cfg.name!r} from {path!r}: {exc}. Offline machines cannot reach the "

@@ -22,6 +22,7 @@ from filelock import FileLock
 
 
 from ..errors import ModelUnavailableError
+from .precision import resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,9 @@ def _assemble_gguf(w, out_dir: Path) -> Path:
 
 def local_hf_dir_path(cfg, model_cache: str) -> Path:
     """Where the converted weights of a packaged model are (or will be) kept."""
-    digest = hashlib.sha256(f"{weights_fingerprint(cfg)}|{cfg.dtype}".encode()).hexdigest()[:12]
-    return Path(model_cache).expanduser() / f"{cfg.name}-{cfg.dtype}-{digest}"
+    dtype = resolve_dtype(cfg.dtype)
+    digest = hashlib.sha256(f"{weights_fingerprint(cfg)}|{dtype}".encode()).hexdigest()[:12]
+    return Path(model_cache).expanduser() / f"{cfg.name}-{dtype}-{digest}"
 
 
 def local_hf_dir(cfg, model_cache: str) -> Path:
@@ -112,13 +114,13 @@ def local_hf_dir(cfg, model_cache: str) -> Path:
             gguf = _assemble_gguf(cfg.weights, tmp_path)
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(
-                gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, cfg.dtype),
+                gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, resolve_dtype(cfg.dtype)),
                 quantization_config=GgufConfig(dequantize=True),  # plain dense weights: savable, trainable
             )
             staging = tmp_path / "hf"
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
-            (staging / _DONE).write_text(json.dumps({"fingerprint": fingerprint, "dtype": cfg.dtype}))
+            (staging / _DONE).write_text(json.dumps({"fingerprint": fingerprint, "dtype": resolve_dtype(cfg.dtype)}))
             if target.exists():  # a half-written directory from a killed conversion
                 shutil.rmtree(target)
             staging.rename(target)
