@@ -89,8 +89,8 @@ def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: Optional[str]) 
     return {"method": "lora", "lora": lora, "lr": float(t.lr), "weight_decay": float(t.weight_decay),
             "epochs": int(t.epochs), "batch_size": int(t.batch_size),
             "max_steps": None if t.max_steps is None else int(t.max_steps),
-            "dtype": resolve_dtype(t.dtype or evaluator_dtype or AUTO), "optimizer": "adamw", "schedule": "constant",
-            "loss": "answer_token"}
+            "dtype": resolve_dtype(t.dtype or evaluator_dtype or AUTO), "optimizer": "adamw",
+            "schedule": "constant", "loss": "answer_token"}
 
 
 def n_steps(n_examples: int, epochs: int, batch_size: int, max_steps: Optional[int]) -> int:

@@ -142,8 +142,9 @@ class LocalModel(ModelAPI):
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
-        return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg), dtype=resolve_dtype(cfg.dtype),
-                             adapter=adapter_fingerprint(cfg), backend_version=BACKEND_VERSION)
+        return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
+                             dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
+                             backend_version=BACKEND_VERSION)
 
     def _load(self) -> None:
         import torch
