@@ -94,7 +94,7 @@ def local_hf_dir_path(cfg, model_cache: str) -> Path:
 
 def local_hf_dir(cfg, model_cache: str) -> Path:
     """A directory in Hugging Face format holding the model's weights and tokenizer."""
-    fingerprint = weights_fingerprint(cfg)
+    fingerprint, dtype = weights_fingerprint(cfg), resolve_dtype(cfg.dtype)
     target = local_hf_dir_path(cfg, model_cache)
     root = target.parent
     if (target / _DONE).exists():
@@ -114,13 +114,13 @@ def local_hf_dir(cfg, model_cache: str) -> Path:
             gguf = _assemble_gguf(cfg.weights, tmp_path)
             tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
             model = AutoModelForCausalLM.from_pretrained(
-                gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, resolve_dtype(cfg.dtype)),
+                gguf.parent, gguf_file=gguf.name, dtype=getattr(torch, dtype),
                 quantization_config=GgufConfig(dequantize=True),  # plain dense weights: savable, trainable
             )
             staging = tmp_path / "hf"
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
-            (staging / _DONE).write_text(json.dumps({"fingerprint": fingerprint, "dtype": resolve_dtype(cfg.dtype)}))
+            (staging / _DONE).write_text(json.dumps({"fingerprint": fingerprint, "dtype": dtype}))
             if target.exists():  # a half-written directory from a killed conversion
                 shutil.rmtree(target)
             staging.rename(target)
