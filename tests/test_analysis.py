@@ -282,6 +282,20 @@ def test_interaction_null_when_slopes_are_equal(tmp_path: Path) -> None:
     assert res.ok and res.ci_low < 0 < res.ci_high
 
 
+def test_interaction_flags_a_kind_that_rests_on_two_points(tmp_path: Path) -> None:
+    sweep = tmp_path / "s"
+    cells = [("recognition", 0.55, 0.56), ("recognition", 0.70, 0.71)]
+    cells += [("length", 0.45 + k / 20, 0.45 + k / 20 + 0.01 * (-1) ** k) for k in range(5)]
+    for j, (task, rec, pref) in enumerate(cells):
+        write_cell(sweep, j, finetune_task=task, finetune_dataset="paper_xsum", finetune_n_articles=j + 1,
+                   rec=rec, pref=pref)
+    res = _interaction(sweep)
+    assert res.ok and (res.n_recognition, res.n_control) == (2, 5)
+    assert "recognition fine-tunes' slope rests on 2 paper units" in res.note
+    assert "control fine-tunes' slope" not in res.note
+    assert _interaction(_ft_cells(tmp_path, slope_rec=0.8, slope_ctl=0.1)).note == ""
+
+
 def test_interaction_without_controls_is_not_enough(tmp_path: Path) -> None:
     sweep = tmp_path / "s"
     for j in range(4):

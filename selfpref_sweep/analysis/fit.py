@@ -431,9 +431,15 @@ def fit_interaction(
     # The slope for recognition fine-tunes is recognition + the interaction: a linear contrast.
     contrast = res.t_test(f"recognition + {term} = 0")
     c_lo, c_hi = np.asarray(contrast.conf_int(alpha=ALPHA))[0]
+    # A kind with exactly 2 points fits its line through both with no residual: its slope's CI (and the
+    # interaction's) then comes from the other kind's scatter alone, which a reader should be told.
+    thin = [label for label, count in (("recognition", n_rec), ("control", n_ctl)) if count == 2]
+    note = "; ".join(f"the {label} fine-tunes' slope rests on 2 {kind}, so its CI comes from the other kind's "
+                     "scatter alone" for label in thin)
     return InteractionResult(
         **base,
         ok=True,
+        note=note,
         estimate=float(res.params[term]),
         se=float(res.bse[term]),
         ci_low=float(ci.loc[term, 0]),
