@@ -8,7 +8,8 @@ given the article and the summarization prompt. Two things are read from them:
   verbal recognition (per cell from summary.json, per paper unit from the items, averaged over sources as the
   paper unit is);
 - item-level OLS of preference on recognition, then on recognition + familiarity (own - other
-  log-likelihood per token), clustered by article, per setting × label (never pooled across them), with
+  log-likelihood per token), CIs clustered by article (CR2 with Bell–McCaffrey degrees of freedom, as
+  everywhere in the analysis), per setting × label (never pooled across them), with
   evaluator-variant fixed effects when a group holds several variants. If recognition's coefficient shrinks
   toward 0 once familiarity is in, the recognition-preference link is (in part) familiarity.
 
@@ -24,8 +25,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from .fit import ALPHA, _ols, condition_groups
-from .tables import DASH, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p
+from .clustered import ClusteredOLS, too_few_clusters
+from .fit import ALPHA, clustered_ols, condition_groups
+from .tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from .units import SCALES, UNIT_KEYS, kept_items
 
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
@@ -54,6 +56,7 @@ class FamiliarityFit:
     familiarity_ci_high: float = math.nan
     familiarity_p: float = math.nan
     corr_recognition_familiarity: float = math.nan
+    no_interval: str = ""  # why the CIs and p-value are absent although the estimates exist
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,9 +71,9 @@ def familiarity_items(items: pd.DataFrame) -> pd.DataFrame:
     return kept.assign(_article=kept["dataset"].astype(str) + "\x1f" + kept["article_id"].astype(str))
 
 
-def _coef(res: Any, term: str) -> tuple[float, float, float]:
-    ci = res.conf_int(alpha=ALPHA)
-    return float(res.params[term]), float(ci.loc[term, 0]), float(ci.loc[term, 1])
+def _coef(res: ClusteredOLS, term: str, with_ci: bool) -> tuple[float, float, float]:
+    est = res.coef(term, ALPHA)
+    return (est.estimate, est.ci_low, est.ci_high) if with_ci else (est.estimate, math.nan, math.nan)
 
 
 def fit_familiarity_group(data: pd.DataFrame, *, group_by: str = "", group: str = "all",
@@ -96,17 +99,18 @@ def fit_familiarity_group(data: pd.DataFrame, *, group_by: str = "", group: str 
     if problems:
         return FamiliarityFit(**base, ok=False, note=f"not enough items (n={n}): " + "; ".join(problems))
     clusters = df["_article"]
-    before = _ols(df, "preference ~ recognition" + effects, clusters)
-    after = _ols(df, "preference ~ recognition + familiarity" + effects, clusters)
-    rb, rb_lo, rb_hi = _coef(before, "recognition")
-    ra, ra_lo, ra_hi = _coef(after, "recognition")
-    f, f_lo, f_hi = _coef(after, FAMILIARITY)
+    before = clustered_ols(df, "preference ~ recognition" + effects, clusters)
+    after = clustered_ols(df, "preference ~ recognition + familiarity" + effects, clusters)
+    why = too_few_clusters(clusters)
+    rb, rb_lo, rb_hi = _coef(before, "recognition", not why)
+    ra, ra_lo, ra_hi = _coef(after, "recognition", not why)
+    f, f_lo, f_hi = _coef(after, FAMILIARITY, not why)
     note = f"within {n_variants} evaluator variants" if n_variants > 1 else ""
     return FamiliarityFit(
         **base, ok=True, note=note, rec_before=rb, rec_before_ci_low=rb_lo, rec_before_ci_high=rb_hi,
         rec_after=ra, rec_after_ci_low=ra_lo, rec_after_ci_high=ra_hi, familiarity=f, familiarity_ci_low=f_lo,
-        familiarity_ci_high=f_hi, familiarity_p=float(after.pvalues[FAMILIARITY]),
-        corr_recognition_familiarity=float(np.corrcoef(df["recognition"], df[FAMILIARITY])[0, 1]))
+        familiarity_ci_high=f_hi, familiarity_p=math.nan if why else after.coef(FAMILIARITY, ALPHA).p,
+        corr_recognition_familiarity=float(np.corrcoef(df["recognition"], df[FAMILIARITY])[0, 1]), no_interval=why)
 
 
 def fit_familiarity(items: pd.DataFrame) -> list[FamiliarityFit]:
@@ -181,28 +185,33 @@ def fits_table(fits: Sequence[FamiliarityFit]) -> pd.DataFrame:
     rows = [{
         "grouping": f.group_by, "group": f.group, "scale": SCALE_NAMES.get(f.scale, f.scale), "n items": f.n,
         "clusters": DASH if f.n_clusters is None else f"{f.n_clusters} articles",
-        "recognition (alone)": fmt(f.rec_before), "95% CI (alone)": fmt_ci(f.rec_before_ci_low, f.rec_before_ci_high),
+        "recognition (alone)": fmt(f.rec_before),
+        "95% CI (alone)": fmt_ci(f.rec_before_ci_low, f.rec_before_ci_high, why=f.no_interval),
         "recognition (+ familiarity)": fmt(f.rec_after),
-        "95% CI (+ familiarity)": fmt_ci(f.rec_after_ci_low, f.rec_after_ci_high),
-        "familiarity": fmt(f.familiarity), "familiarity 95% CI": fmt_ci(f.familiarity_ci_low, f.familiarity_ci_high),
-        "p (familiarity)": fmt_p(f.familiarity_p), "r(recognition, familiarity)": fmt(f.corr_recognition_familiarity),
+        "95% CI (+ familiarity)": fmt_ci(f.rec_after_ci_low, f.rec_after_ci_high, why=f.no_interval),
+        "familiarity": fmt(f.familiarity),
+        "familiarity 95% CI": fmt_ci(f.familiarity_ci_low, f.familiarity_ci_high, why=f.no_interval),
+        "p (familiarity)": fmt_p(f.familiarity_p, why=f.no_interval),
+        "r(recognition, familiarity)": fmt(f.corr_recognition_familiarity),
         "note": f.note,
     } for f in fits]
     return pd.DataFrame(rows)
 
 
 def likelihood_cells_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per cell that ran the stage: verbal recognition next to the likelihood recognizer, both with CIs."""
+    """Per cell that ran the stage: verbal recognition next to the likelihood recognizer, both with CIs. The
+    recognizer's accuracy is a proportion of the cell's items (one per article), so it gets a Wilson interval,
+    which stays inside [0, 1] and is not zero-width at 10 of 10 as the bootstrap's [1, 1] was."""
     if not has_familiarity(cells):
         return pd.DataFrame()
     on = cells[cells["fam_enabled"].map(lambda v: v is True)]
     return pd.DataFrame([{
         "evaluator variant": c.evaluator_variant, "source": c.source, "dataset": c.dataset, "setting": c.setting,
         "label": c.label, "verbal recognition": fmt(c.rec_mean),
-        "verbal 95% CI": fmt_ci(c.rec_ci_low, c.rec_ci_high), "likelihood recognizer": fmt(c.fam_lr_mean),
-        "recognizer 95% CI": fmt_ci(c.fam_lr_ci_low, c.fam_lr_ci_high),
+        "verbal 95% CI": fmt_ci(c.rec_ci_low, c.rec_ci_high, why=FLAT_ARTICLES), "likelihood recognizer": fmt(c.fam_lr_mean),
+        "recognizer 95% CI (Wilson)": fmt_proportion(c.fam_lr_mean * c.fam_n, c.fam_n),
         "own − other log-lik/token": fmt(c.fam_diff_mean),
-        "difference 95% CI": fmt_ci(c.fam_diff_ci_low, c.fam_diff_ci_high),
+        "difference 95% CI": fmt_ci(c.fam_diff_ci_low, c.fam_diff_ci_high, why=FLAT_ARTICLES),
         "n": fmt_int(c.fam_n),
     } for c in on.itertuples()])
 

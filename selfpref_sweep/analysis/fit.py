@@ -4,15 +4,19 @@
   variant × dataset (averaged over sources, see units.py), per setting × label condition (all datasets,
   and per dataset). Never pooled across settings or label conditions.
 - Robustness, the source level (one point per cell): OLS with CIs clustered by evaluator variant, and a
-  mixed model with a random intercept per evaluator variant (statsmodels MixedLM); the item level: OLS with
-  evaluator-variant fixed effects and CIs clustered by article (dataset, article_id). Base and fine-tuned
-  evaluators meet only through the evaluator-variant factor.
+  mixed model with a random intercept per evaluator variant (statsmodels MixedLM; descriptive only below
+  MIXED_MIN_GROUPS variants); the item level: OLS with evaluator-variant fixed effects and CIs clustered by
+  article (dataset, article_id). Base and fine-tuned evaluators meet only through the evaluator-variant factor.
+  Every clustered CI and p-value is CR2 with Bell–McCaffrey degrees of freedom (clustered.py), which holds
+  its size with few clusters; where even that cannot, the fit gives its estimate and no CI or p-value.
 - Recognition vs control fine-tunes: preference ~ recognition * recognition_finetune over fine-tuned
   points, at the paper unit (OLS) and at the source level (clustered by evaluator variant).
 
 Every fit is made on the paper's scale (the headline) and on the log-odds scale. Degenerate groups (too
 few points, no variance in recognition, too few clusters) are never fitted and never crash: their result
-has ok=False and a note such as "not enough paper units (n=2)".
+has ok=False and a note such as "not enough paper units (n=2)". A fit that has an estimate but no honest
+interval (a perfect fit; too few clusters for a clustered test) says why in ``no_interval``, and its CI and
+p-value fields are NaN, never a zero-width interval.
 """
 
 from __future__ import annotations
@@ -29,10 +33,15 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.regression.mixed_linear_model import MixedLM
 from scipy import stats
 
+from .clustered import ClusteredOLS, Estimate, too_few_clusters
 from .units import SCALES, key_frame
 
 ALPHA = 0.05  # 95% intervals everywhere
 MIN_POINTS = 3  # two points always fit a line exactly: no residual, no interval
+# A random-intercept variance from fewer groups is barely estimated, and MixedLM's normal (z) intervals
+# ignore that: with fewer variants than this its intervals are shown as descriptive, not as a test.
+MIXED_MIN_GROUPS = 6
+ON_ONE_LINE = "no interval: every point lies on one line"
 
 # Nothing is pooled across settings or label conditions: every grouping starts with both.
 BY_CONDITION = ("setting", "label")
@@ -79,6 +88,8 @@ class FitResult:
     r_ci_low: float = math.nan
     r_ci_high: float = math.nan
     r2: float = math.nan
+    no_interval: str = ""  # why the CIs and p-value are absent although the estimate exists
+    descriptive: bool = False  # MixedLM with too few groups: its intervals are not a test
     # What the plots need for the fit line's confidence band, without keeping statsmodels objects.
     cov: list[list[float]] = field(default_factory=list)
     df_resid: float = math.nan
@@ -113,14 +124,15 @@ class InteractionResult:
     slope_recognition: float = math.nan
     slope_recognition_ci_low: float = math.nan
     slope_recognition_ci_high: float = math.nan
+    no_interval: str = ""  # why the CIs and p-value are absent although the estimates exist
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _fisher_ci(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """The Fisher z interval of Pearson's r (scipy's default method); needs n > 3, and |r| = 1 maps to an
-    interval of width 0."""
+    """The Fisher z interval of Pearson's r (scipy's default method); needs n > 3. |r| = 1 has none (it would
+    be the zero-width [r, r]): NaN, and the fit says why."""
     if len(x) <= 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
     with warnings.catch_warnings():
@@ -128,7 +140,7 @@ def _fisher_ci(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         result = stats.pearsonr(x, y)
     r = float(result.statistic)
     if abs(r) >= 1.0:
-        return r, r
+        return math.nan, math.nan
     ci = result.confidence_interval(confidence_level=1 - ALPHA)
     return float(ci.low), float(ci.high)
 
@@ -142,16 +154,19 @@ def _usable(df: pd.DataFrame) -> pd.DataFrame:
     return df[keep].reset_index(drop=True)
 
 
-def _ols(data: pd.DataFrame, formula: str, clusters: Optional[pd.Series]) -> Any:
+def _ols(data: pd.DataFrame, formula: str) -> Any:
     with warnings.catch_warnings():
         # statsmodels warns about small samples (kurtosis test etc.); our notes say it plainly.
         warnings.simplefilter("ignore")
-        model = OLS.from_formula(formula, data)
-        if clusters is None:
-            return model.fit()
-        codes, _ = pd.factorize(clusters)
-        # t-based intervals with G-1 degrees of freedom: conservative when clusters are few.
-        return model.fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
+        return OLS.from_formula(formula, data).fit()
+
+
+def clustered_ols(data: pd.DataFrame, formula: str, clusters: pd.Series) -> ClusteredOLS:
+    """The formula's OLS with CR2 covariance and Bell–McCaffrey df. Not statsmodels' CR1 with t(G-1): with
+    few clusters that is not conservative but over-rejects (a true null about 1 time in 5 at 7 clusters, 3
+    or 4 treated, where this rejects 1 in 20: tests/test_inference_small_samples.py)."""
+    model = OLS.from_formula(formula, data)
+    return ClusteredOLS(model.exog, model.endog, clusters.astype(str).to_numpy(), model.exog_names)
 
 
 def fit_formula(
@@ -167,8 +182,9 @@ def fit_formula(
 ) -> FitResult:
     """OLS of ``preference ~ recognition`` on a frame with those columns (rows with a NaN are dropped).
 
-    ``cluster_col`` gives clustered CIs (t with clusters - 1 degrees of freedom); ``variant_effects`` adds
-    ``C(evaluator_variant)`` when more than one variant is present, so the slope is within variants.
+    ``cluster_col`` gives clustered CIs (CR2 with Bell–McCaffrey degrees of freedom, see clustered.py);
+    ``variant_effects`` adds ``C(evaluator_variant)`` when more than one variant is present, so the slope is
+    within variants.
     """
     df = _usable(data)
     n = len(df)
@@ -186,16 +202,15 @@ def fit_formula(
     if n <= n_params:
         return FitResult(**base, ok=False, note=_too_few(kind, n, f"{n_params} parameters"))
     n_clusters: Optional[int] = None
-    clusters = None
     if cluster_col is not None:
-        clusters = df[cluster_col].astype(str)
-        n_clusters = int(clusters.nunique())
-        # A cluster-robust covariance needs more clusters than parameters to be of full rank.
+        n_clusters = int(df[cluster_col].astype(str).nunique())
+        # Fewer clusters than parameters leave the clustered covariance without full rank.
         if n_clusters <= n_params:
             return FitResult(**base, ok=False, n_clusters=n_clusters, note=_too_few(
                 kind, n, f"{n_clusters} {cluster_by} cluster(s); clustered CIs need more than {n_params}"))
-    res = _ols(df, formula, clusters)
-    ci = res.conf_int(alpha=ALPHA)
+        fields = _clustered_fields(clustered_ols(df, formula, df[cluster_col]), df[cluster_col], n_variants == 1)
+    else:
+        fields = _plain_fields(_ols(df, formula), x, y)
 
     notes: list[str] = []
     r = math.nan
@@ -207,31 +222,46 @@ def fit_formula(
         r = float(np.corrcoef(x, y)[0, 1])
     if cluster_col is None and n == MIN_POINTS:
         notes.append("n=3: one residual degree of freedom, intervals are very wide")
-    if float(res.ssr) <= 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300):
-        notes.append("perfect fit: zero residuals, so the intervals have zero width")
-    # Clustered points are not independent, so a Fisher interval on n would be too narrow.
-    r_lo, r_hi = _fisher_ci(x, y) if cluster_col is None else (math.nan, math.nan)
-    show_intercept = n_variants == 1
-    return FitResult(
-        **base,
-        ok=True,
-        note="; ".join(notes),
-        n_clusters=n_clusters,
-        slope=float(res.params["recognition"]),
-        slope_se=float(res.bse["recognition"]),
-        slope_ci_low=float(ci.loc["recognition", 0]),
-        slope_ci_high=float(ci.loc["recognition", 1]),
-        slope_p=float(res.pvalues["recognition"]),
-        intercept=float(res.params["Intercept"]) if show_intercept else math.nan,
-        intercept_ci_low=float(ci.loc["Intercept", 0]) if show_intercept else math.nan,
-        intercept_ci_high=float(ci.loc["Intercept", 1]) if show_intercept else math.nan,
-        r=r,
-        r_ci_low=r_lo,
-        r_ci_high=r_hi,
-        r2=float(r * r) if not math.isnan(r) else math.nan,
-        cov=np.asarray(res.cov_params().loc[["Intercept", "recognition"], ["Intercept", "recognition"]]).tolist(),
-        df_resid=float(n_clusters - 1) if n_clusters is not None else float(res.df_resid),
-    )
+    if fields["no_interval"] == ON_ONE_LINE:
+        notes.append("perfect fit: zero residuals, so there is no interval")
+    return FitResult(**base, ok=True, note="; ".join(notes), n_clusters=n_clusters, r=r,
+                     r2=float(r * r) if not math.isnan(r) else math.nan, **fields)
+
+
+def _perfect_fit(ssr: float, y: np.ndarray) -> bool:
+    return ssr <= 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
+
+
+def _plain_fields(res: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """The inferential fields of a plain OLS fit; a perfect fit has none (its intervals would be [b, b])."""
+    band = dict(cov=np.asarray(res.cov_params().loc[["Intercept", "recognition"], ["Intercept", "recognition"]]
+                               ).tolist(), df_resid=float(res.df_resid))
+    point = dict(slope=float(res.params["recognition"]), intercept=float(res.params["Intercept"]))
+    if _perfect_fit(float(res.ssr), y):
+        return dict(**point, **band, slope_se=0.0, no_interval=ON_ONE_LINE)
+    ci = res.conf_int(alpha=ALPHA)
+    r_lo, r_hi = _fisher_ci(x, y)
+    return dict(**point, **band, slope_se=float(res.bse["recognition"]), slope_p=float(res.pvalues["recognition"]),
+                slope_ci_low=float(ci.loc["recognition", 0]), slope_ci_high=float(ci.loc["recognition", 1]),
+                intercept_ci_low=float(ci.loc["Intercept", 0]), intercept_ci_high=float(ci.loc["Intercept", 1]),
+                r_ci_low=r_lo, r_ci_high=r_hi, no_interval="")
+
+
+def _clustered_fields(res: ClusteredOLS, clusters: pd.Series, show_intercept: bool) -> dict[str, Any]:
+    """The inferential fields of a clustered fit. No r interval: the points are not independent, so a Fisher
+    interval on n would be too narrow."""
+    slope = res.coef("recognition", ALPHA)
+    icpt = res.coef("Intercept", ALPHA) if show_intercept else None
+    point = dict(slope=slope.estimate, intercept=icpt.estimate if icpt else math.nan,
+                 cov=res.cov_frame(["Intercept", "recognition"]).tolist(), df_resid=slope.df)
+    why = too_few_clusters(clusters)
+    if not why and _perfect_fit(float(res.resid @ res.resid), res.y):
+        why = ON_ONE_LINE
+    if why:
+        return dict(**point, slope_se=slope.se, no_interval=why)
+    return dict(**point, slope_se=slope.se, slope_p=slope.p, slope_ci_low=slope.ci_low, slope_ci_high=slope.ci_high,
+                intercept_ci_low=icpt.ci_low if icpt else math.nan,
+                intercept_ci_high=icpt.ci_high if icpt else math.nan, no_interval="")
 
 
 def fit_ols(
@@ -252,7 +282,8 @@ def fit_mixed(
     data: pd.DataFrame, *, level: str = LEVEL_SOURCE, group_by: str = "", group: str = "all", scale: str = "paper",
 ) -> FitResult:
     """MixedLM ``preference ~ recognition`` with a random intercept per evaluator variant (REML; normal
-    intervals, as statsmodels gives them)."""
+    intervals, as statsmodels gives them). With fewer than MIXED_MIN_GROUPS variants the fit is kept but
+    marked descriptive: its z intervals treat a barely estimated variance as known, so they are too narrow."""
     df = _usable(data)
     n = len(df)
     n_groups = int(df["evaluator_variant"].nunique()) if n else 0
@@ -264,7 +295,9 @@ def fit_mixed(
                                                                   "model needs at least 3 and 5 points"))
     if np.ptp(df["recognition"].to_numpy(float)) == 0:
         return FitResult(**base, ok=False, note=_too_few(kind, n, "recognition has zero variance"))
-    notes = []
+    descriptive = n_groups < MIXED_MIN_GROUPS
+    notes = [f"descriptive only: {n_groups} evaluator variants are too few for the mixed model's intervals to "
+             f"be a test (about {MIXED_MIN_GROUPS} needed)"] if descriptive else []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -284,6 +317,7 @@ def fit_mixed(
         **base,
         ok=True,
         note="; ".join(notes),
+        descriptive=descriptive,
         slope=float(res.params["recognition"]),
         slope_se=float(res.bse["recognition"]),
         slope_ci_low=float(ci.loc["recognition", 0]),
@@ -389,7 +423,8 @@ def fit_interaction(
 
     ``data`` has recognition, preference, finetune_task (and evaluator_variant when clustered). Only
     fine-tuned points enter: the question is about the two kinds of fine-tune, and base models belong to
-    neither.
+    neither. Clustered, recognition_finetune is constant within each cluster, so each kind needs enough
+    clusters of its own for the test (clustered.too_few_clusters); with fewer the row has estimates only.
     """
     ft = data[data["finetune_task"].notna() & (data["finetune_task"] != "none")]
     ft = _usable(ft.assign(recognition_finetune=ft["finetune_task"].isin(list(recognition_tasks)).astype(int)))
@@ -401,57 +436,68 @@ def fit_interaction(
     base = dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n_ctl,
                 scale=scale, method=method, n_clusters=n_clusters)
     kind = _POINT_NAMES.get(level, "points")
-
-    # The interaction is identified only if each kind has >= 2 points with different recognition, and a
-    # residual degree of freedom (or, clustered, a cluster) is left over the 4 parameters.
-    rec = ft["recognition"].to_numpy(float)
-    problems = []
-    if n == 0:
-        problems.append("no fine-tuned points")
-    else:
-        for label, mask in (("recognition", is_rec == 1), ("control", is_rec == 0)):
-            sub = rec[mask]
-            if sub.size < 2:
-                problems.append(f"{label} fine-tunes need at least 2 {kind}")
-            elif np.ptp(sub) == 0:
-                problems.append(f"recognition has zero variance among {label} fine-tunes")
-        if n < 5 and not problems:
-            problems.append(f"4 parameters need at least 5 {kind}")
-        if n_clusters is not None and n_clusters < 5 and not problems:
-            problems.append(f"{n_clusters} evaluator variants; clustered CIs over 4 parameters need at least 5")
+    problems = _interaction_problems(ft["recognition"].to_numpy(float), is_rec, kind)
     if problems:
         note = (f"not enough {kind} (n={n}; recognition fine-tunes n={n_rec}, control fine-tunes n={n_ctl}): "
                 + "; ".join(problems))
         return InteractionResult(**base, ok=False, note=note)
 
-    res = _ols(ft, "preference ~ recognition * recognition_finetune",
-               None if cluster_col is None else ft[cluster_col].astype(str))
-    ci = res.conf_int(alpha=ALPHA)
-    term = "recognition:recognition_finetune"
-    # The slope for recognition fine-tunes is recognition + the interaction: a linear contrast.
-    contrast = res.t_test(f"recognition + {term} = 0")
-    c_lo, c_hi = np.asarray(contrast.conf_int(alpha=ALPHA))[0]
+    formula = "preference ~ recognition * recognition_finetune"
+    if cluster_col is None:
+        res = _ols(ft, formula)
+        fields = _interaction_fields(lambda c: _plain_contrast(res, c), list(res.params.index),
+                                     ON_ONE_LINE if _perfect_fit(float(res.ssr), ft["preference"].to_numpy(float))
+                                     else "")
+    else:
+        cres = clustered_ols(ft, formula, ft[cluster_col])
+        why = too_few_clusters(ft[cluster_col], is_rec == 1, ("recognition fine-tune", "control fine-tune"))
+        fields = _interaction_fields(lambda c: cres.contrast(c, ALPHA), cres.names, why)
     # A kind with exactly 2 points fits its line through both with no residual: its slope's CI (and the
     # interaction's) then comes from the other kind's scatter alone, which a reader should be told.
     thin = [label for label, count in (("recognition", n_rec), ("control", n_ctl)) if count == 2]
     note = "; ".join(f"the {label} fine-tunes' slope rests on 2 {kind}, so its CI comes from the other kind's "
                      "scatter alone" for label in thin)
-    return InteractionResult(
-        **base,
-        ok=True,
-        note=note,
-        estimate=float(res.params[term]),
-        se=float(res.bse[term]),
-        ci_low=float(ci.loc[term, 0]),
-        ci_high=float(ci.loc[term, 1]),
-        p=float(res.pvalues[term]),
-        slope_control=float(res.params["recognition"]),
-        slope_control_ci_low=float(ci.loc["recognition", 0]),
-        slope_control_ci_high=float(ci.loc["recognition", 1]),
-        slope_recognition=float(np.asarray(contrast.effect).ravel()[0]),
-        slope_recognition_ci_low=float(c_lo),
-        slope_recognition_ci_high=float(c_hi),
-    )
+    return InteractionResult(**base, ok=True, note=note, **fields)
+
+
+def _interaction_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> list[str]:
+    """Why the interaction is not identified: each kind needs >= 2 points with different recognition, and a
+    residual degree of freedom must be left over the 4 parameters."""
+    if rec.size == 0:
+        return ["no fine-tuned points"]
+    problems = []
+    for label, mask in (("recognition", is_rec == 1), ("control", is_rec == 0)):
+        sub = rec[mask]
+        if sub.size < 2:
+            problems.append(f"{label} fine-tunes need at least 2 {kind}")
+        elif np.ptp(sub) == 0:
+            problems.append(f"recognition has zero variance among {label} fine-tunes")
+    if rec.size < 5 and not problems:
+        problems.append(f"4 parameters need at least 5 {kind}")
+    return problems
+
+
+def _plain_contrast(res: Any, c: np.ndarray) -> Estimate:
+    test = res.t_test(c)
+    lo, hi = np.asarray(test.conf_int(alpha=ALPHA))[0]
+    return Estimate(float(np.ravel(test.effect)[0]), float(np.ravel(test.sd)[0]), float(res.df_resid),
+                    float(lo), float(hi), float(np.ravel(test.pvalue)[0]))
+
+
+def _interaction_fields(contrast: Any, names: list[str], no_interval: str) -> dict[str, Any]:
+    """The interaction, the control slope and the recognition slope (recognition + the interaction, a linear
+    contrast); estimates only when ``no_interval`` says why there is no honest interval."""
+    term = "recognition:recognition_finetune"
+    vec = {name: np.array([1.0 if k == name else 0.0 for k in names]) for name in ("recognition", term)}
+    inter, ctl, rec = (contrast(vec[term]), contrast(vec["recognition"]),
+                       contrast(vec["recognition"] + vec[term]))
+    out = dict(estimate=inter.estimate, se=inter.se, slope_control=ctl.estimate, slope_recognition=rec.estimate,
+               no_interval=no_interval)
+    if not no_interval:
+        out.update(ci_low=inter.ci_low, ci_high=inter.ci_high, p=inter.p, slope_control_ci_low=ctl.ci_low,
+                   slope_control_ci_high=ctl.ci_high, slope_recognition_ci_low=rec.ci_low,
+                   slope_recognition_ci_high=rec.ci_high)
+    return out
 
 
 def fit_interactions(

@@ -120,6 +120,10 @@ def _fit_sentences(result: AnalysisResult) -> list[str]:
         if not f.ok:
             out.append(f"Headline fit, {f.group}: {f.note}")
             continue
+        if f.no_interval:
+            out.append(f"Headline fit, {f.group}: slope {T.fmt(f.slope)}, r {T.fmt(f.r)}, n={f.n} paper units "
+                       f"({f.no_interval})")
+            continue
         out.append(
             f"Headline fit, {f.group}: slope {T.fmt(f.slope)} (95% CI {T.fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
             f"r {T.fmt(f.r)} (95% CI {T.fmt_ci(f.r_ci_low, f.r_ci_high)}), n={f.n} paper units"
@@ -171,7 +175,8 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "condition, never across them; within one, all datasets together and, where there are several, "
             "each dataset alone.\n\n"
             "How: OLS (statsmodels formula preference ~ recognition), slope and intercept with 95% t intervals, "
-            "r with a Fisher-z interval. Both means of a point come from the same items: an item excluded in "
+            "r with a Fisher-z interval; where every point lies on one line there is no interval, and the row "
+            "says so instead of printing a zero-width one. Both means of a point come from the same items: an item excluded in "
             f"either question is left out of both ({n_left_out} item(s) left out in all, counted per unit below). "
             "The points' CIs come from an article-clustered bootstrap. Groups with fewer than 3 points or no "
             "spread in recognition are not fitted and say so. " + logodds_note,
@@ -193,12 +198,18 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "mean the data cannot tell.\n\n"
             "Source level: one point per cell (evaluator variant × source), means over the items kept in both "
             "questions. The cells of one evaluator variant share the model and the articles, so they are not "
-            "independent: fitted by OLS with CIs clustered by evaluator variant (t with variants − 1 degrees of "
-            "freedom), and by a mixed model with a random intercept per evaluator variant (statsmodels MixedLM, "
-            "REML). Item level: one point per judged item, OLS with evaluator-variant fixed effects (the slope "
-            "within variants) and CIs clustered by article (dataset, article_id), because one article is judged "
-            "in many cells. Base and fine-tuned evaluators meet only through the evaluator-variant factor; "
-            "settings and label conditions are never pooled.",
+            "independent: fitted by OLS with CIs clustered by evaluator variant, and by a mixed model with a "
+            "random intercept per evaluator variant (statsmodels MixedLM, REML). Item level: one point per judged "
+            "item, OLS with evaluator-variant fixed effects (the slope within variants) and CIs clustered by "
+            "article (dataset, article_id), because one article is judged in many cells. Base and fine-tuned "
+            "evaluators meet only through the evaluator-variant factor; settings and label conditions are never "
+            "pooled.\n\n"
+            "Clustered CIs and p-values use the bias-reduced CR2 sandwich with Bell–McCaffrey degrees of freedom, "
+            "which keeps a 5% test near 5% with a handful of clusters (the usual CR1 with clusters − 1 degrees "
+            "of freedom rejects far more often then). With fewer than 4 clusters a row gives its estimate but "
+            "says 'too few clusters for a clustered test' instead of a CI and p-value. The mixed model's "
+            "intervals are normal approximations that treat the variants' variance as known: with fewer than 6 "
+            "variants its rows are marked descriptive only.",
             t["regression_robustness"],
         ),
         Section(
@@ -210,8 +221,11 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "How: OLS preference ~ recognition * recognition_finetune over fine-tuned points only, where "
             f"recognition_finetune = 1 for finetune_task in {{{', '.join(result.recognition_tasks)}}} and 0 for "
             "every other fine-tune task (a control). At the paper unit (plain OLS) and at the source level (CIs "
-            "clustered by evaluator variant); per setting × label, and per transfer condition (in-domain / "
-            "cross-dataset) where both occur.",
+            "clustered by evaluator variant: CR2 with Bell–McCaffrey degrees of freedom); per setting × label, and "
+            "per transfer condition (in-domain / cross-dataset) where both occur. recognition_finetune is the same "
+            "for every cell of a variant, so a clustered test needs at least 3 variants of each kind; with fewer "
+            "the row gives the estimates and says 'too few clusters for a clustered test' instead of a CI and "
+            "p-value.",
             t["interaction"],
         ),
         *([Section(
@@ -236,8 +250,10 @@ def _sections(result: AnalysisResult) -> list[Section]:
                    "carry familiarity (paper scale).", t["familiarity_units"], level=3),
            Section("The likelihood recognizer next to verbal recognition, per cell",
                    "From summary.json: means with 95% article-level bootstrap CIs (verbal recognition over the "
-                   "cell's scored items; the recognizer and the own − other difference over the items with both "
-                   "summaries scored).", t["familiarity_cells"], level=3)]
+                   "cell's scored items; the own − other difference over the items with both summaries scored). "
+                   "The likelihood recognizer's accuracy is a proportion of those items (a tie counts ½), so it "
+                   "gets a Wilson interval, which is honest at 10 of 10 where a bootstrap gives [1, 1].",
+                   t["familiarity_cells"], level=3)]
           if F.has_familiarity(data.cells) else []),
         Section(
             "Per cell: the smallest detectable effect and the judge-competence control",

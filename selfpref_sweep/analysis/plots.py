@@ -59,6 +59,8 @@ def _empty_figure(path: Path, message: str) -> None:
 def _fit_label(fit: FitResult) -> str:
     if not fit.ok:
         return fit.note
+    if fit.no_interval:  # e.g. a perfect fit: say so once rather than print [b, b]
+        return f"slope {fmt(fit.slope, 2)}, r {fmt(fit.r, 2)}, n={fit.n}\n{fit.no_interval}"
     r_ci = fmt_ci(fit.r_ci_low, fit.r_ci_high, 2)
     r_txt = f"r {fmt(fit.r, 2)}" + ("" if r_ci == DASH else f" {r_ci}")
     return f"slope {fmt(fit.slope, 2)} {fmt_ci(fit.slope_ci_low, fit.slope_ci_high, 2)}\n{r_txt}, n={fit.n}"

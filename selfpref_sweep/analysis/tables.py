@@ -1,7 +1,8 @@
 """The report's tables as pandas DataFrames of display strings, plus a Markdown renderer.
 
 Numbers are formatted here once, so report.md, report.html, W&B and stdout show the same text.
-Raw numeric versions of the regression tables are kept as well (for CSV and W&B).
+Raw numeric versions of the regression tables are kept as well (for CSV and W&B). Every interval is printed
+by ``fmt_ci``, which never prints a zero-width one: "[1.000, 1.000]" looks like certainty and is none.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
+from statsmodels.stats.proportion import proportion_confint
 
 from .fit import ALPHA, FitResult, InteractionResult
 
@@ -26,19 +28,58 @@ def fmt(x: Any, digits: int = 3) -> str:
     return DASH if not math.isfinite(v) else f"{v:.{digits}f}"
 
 
-def fmt_ci(lo: Any, hi: Any, digits: int = 3) -> str:
+ZERO_WIDTH = "no interval: zero width"
+# A bootstrap interval over articles has zero width only when every article gives the same value.
+FLAT_ARTICLES = "no interval: every article gives the same value"
+_MAX_DIGITS = 6  # a narrow interval gets more digits until its ends differ, up to this many
+
+
+def fmt_ci(lo: Any, hi: Any, digits: int = 3, why: str = "") -> str:
+    """"[lo, hi]", or, where there is no interval, ``why`` (or "—"). A zero-width interval is refused: it is
+    shown as ``why`` (or ZERO_WIDTH), and one that only rounds to equal ends gets more digits."""
     a, b = fmt(lo, digits), fmt(hi, digits)
-    return DASH if a == DASH and b == DASH else f"[{a}, {b}]"
+    if a == DASH or b == DASH:
+        return why or DASH
+    for d in range(digits, _MAX_DIGITS + 1):
+        a, b = fmt(lo, d), fmt(hi, d)
+        if a != b:
+            return f"[{a}, {b}]"
+    return why or ZERO_WIDTH
 
 
-def fmt_p(p: Any) -> str:
+def fmt_p(p: Any, why: str = "") -> str:
+    """The p-value, or ``why`` there is none (e.g. too few clusters for a clustered test)."""
     try:
         v = float(p)
     except (TypeError, ValueError):
-        return DASH
+        return why or DASH
     if not math.isfinite(v):
-        return DASH
+        return why or DASH
     return "<0.001" if v < 0.001 else f"{v:.3f}"
+
+
+def wilson_ci(successes: float, n: float) -> tuple[float, float]:
+    """Wilson 95% interval of a proportion of n items (NaN without items). Unlike a bootstrap or Wald
+    interval it is not [1, 1] at n of n: 10 of 10 gives [0.722, 1]."""
+    try:
+        k, m = float(successes), float(n)
+    except (TypeError, ValueError):
+        return math.nan, math.nan
+    if not (math.isfinite(k) and math.isfinite(m) and m > 0):
+        return math.nan, math.nan
+    lo, hi = proportion_confint(k, m, alpha=ALPHA, method="wilson")
+    return float(lo), float(hi)
+
+
+def fmt_proportion(successes: Any, n: Any) -> str:
+    """A proportion's Wilson interval with its count, e.g. "all 10 of 10: [0.722, 1.000]"."""
+    lo, hi = wilson_ci(successes, n)
+    if math.isnan(lo):
+        return DASH
+    k, m = float(successes), int(round(float(n)))
+    count = f"{k:g}"
+    where = f"all {m} of {m}" if k >= m else f"none of {m}" if k <= 0 else f"{count} of {m}"
+    return f"{where}: {fmt_ci(lo, hi)}"
 
 
 def fmt_int(x: Any) -> str:
@@ -57,7 +98,7 @@ def _mean_ci(values: pd.Series) -> str:
     if v.size < 2:
         return f"{v.mean():.3f}"
     half = stats.t.ppf(1 - ALPHA / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
-    return f"{v.mean():.3f} [{v.mean() - half:.3f}, {v.mean() + half:.3f}]"
+    return _est_ci(v.mean(), v.mean() - half, v.mean() + half, "no interval: every cell has the same value")
 
 
 # --- regressions ---------------------------------------------------------------------------------
@@ -77,19 +118,21 @@ def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
     for f in fits:
         row = {"grouping": f.group_by, "group": f.group, "scale": SCALE_NAMES.get(f.scale, f.scale)}
         if mixed:
-            row.update({"level": f.level, "method": f.method})
+            row.update({"level": f.level, "method": f.method + (" (descriptive only)" if f.descriptive else "")})
         row[n_col] = f"{f.n} {_POINT_WORDS.get(f.level, '')}".strip() if mixed else str(f.n)
         if any(g.n_clusters is not None for g in fits):
             row["clusters"] = DASH if f.n_clusters is None else f"{f.n_clusters} {f.cluster_by}s"
         row.update(
             {
                 "slope": fmt(f.slope),
-                "slope 95% CI": fmt_ci(f.slope_ci_low, f.slope_ci_high),
-                "p (slope)": fmt_p(f.slope_p),
+                "slope 95% CI": fmt_ci(f.slope_ci_low, f.slope_ci_high, why=f.no_interval),
+                "p (slope)": fmt_p(f.slope_p, why=f.no_interval),
                 "intercept": fmt(f.intercept),
-                "intercept 95% CI": fmt_ci(f.intercept_ci_low, f.intercept_ci_high),
+                "intercept 95% CI": fmt_ci(f.intercept_ci_low, f.intercept_ci_high,
+                                           why=f.no_interval if fmt(f.intercept) != DASH else ""),
                 "r": fmt(f.r),
-                "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high),
+                # Clustered fits have no r interval by design (the points are not independent).
+                "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high, why=f.no_interval if f.n_clusters is None else ""),
                 "R²": fmt(f.r2),
                 "note": f.note,
             }
@@ -118,12 +161,12 @@ def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
                 "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
                 + ("" if r.n_clusters is None else f", {r.n_clusters} variants"),
                 "interaction: recognition × recognition_finetune": fmt(r.estimate),
-                "95% CI": fmt_ci(r.ci_low, r.ci_high),
-                "p": fmt_p(r.p),
-                "slope, control fine-tunes [95% CI]": _est_ci(r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high),
+                "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
+                "p": fmt_p(r.p, why=r.no_interval),
+                "slope, control fine-tunes [95% CI]": _est_ci(
+                    r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high, r.no_interval),
                 "slope, recognition fine-tunes [95% CI]": _est_ci(
-                    r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high
-                ),
+                    r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high, r.no_interval),
                 "note": r.note,
             }
         )
@@ -147,7 +190,7 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
     return _table(units, cols, lambda u: [
         u["setting"], u["label"], u["dataset"], u["evaluator_variant"], u["transfer"], u["sources"],
         fmt_int(u["n_articles"]), fmt_int(u["n_items"]), fmt_int(u["n_items_excluded"]),
-        *(_est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"])
+        *(_est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"], FLAT_ARTICLES)
           for s in ("paper", "logodds") for q in ("rec", "pref")),
         u["judge_competence"] or DASH,
     ])
@@ -161,14 +204,18 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
     return _table(diffs, cols, lambda d: [
         d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]),
-        *(_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"])
+        *(_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES)
           for s in ("paper", "logodds") for q in ("rec", "pref")),
         d["note"] or "",
     ])
 
 
-def _est_ci(est: float, lo: float, hi: float) -> str:
-    return DASH if fmt(est) == DASH else f"{fmt(est)} {fmt_ci(lo, hi)}"
+def _est_ci(est: float, lo: float, hi: float, why: str = "") -> str:
+    """"estimate [lo, hi]"; where there is no interval, "estimate —" or "estimate (why)"."""
+    if fmt(est) == DASH:
+        return DASH
+    ci = fmt_ci(lo, hi, why=why)
+    return f"{fmt(est)} {ci}" if ci.startswith("[") or ci == DASH else f"{fmt(est)} ({ci})"
 
 
 # --- per-cell tables -----------------------------------------------------------------------------
@@ -186,7 +233,8 @@ def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
         return pd.DataFrame(columns=[*_ROW_KEYS, "(no complete cells)"])
     df = cells.copy()
     df["_entry"] = [
-        _est_ci(m, lo, hi) for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"])
+        _est_ci(m, lo, hi, FLAT_ARTICLES)
+        for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"])
     ]
     keys = [*_ROW_KEYS, "source"]
     # A null key would vanish from a pivot; show it as "null" instead.
@@ -215,7 +263,8 @@ def competence_text(cell: pd.Series) -> str:
         return f"{DASH} (not recorded)"
     if not cell.get("jc_enabled"):
         return f"off ({cell.get('jc_reason')})" if cell.get("jc_reason") else "off"
-    return f"{_est_ci(cell['jc_mean'], cell['jc_ci_low'], cell['jc_ci_high'])} (n={fmt_int(cell['jc_n'])})"
+    est = _est_ci(cell["jc_mean"], cell["jc_ci_low"], cell["jc_ci_high"], FLAT_ARTICLES)
+    return f"{est} (n={fmt_int(cell['jc_n'])})"
 
 
 def judge_verdict(cell: pd.Series) -> str:
