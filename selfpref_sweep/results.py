@@ -143,6 +143,10 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
             lines.append(f"  {'':<17} log-odds {_fmt(stats['logodds'])}")
         if "mde" in stats:
             lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
+        bounded = stats.get("bounded_readings") or {}
+        if bounded.get("n"):
+            lines.append(f"  {'':<17} bounded readings {bounded['n']} of {bounded['of']} ({bounded['share']:.0%}): "
+                         f"an answer absent from the top logprobs, valued at the smallest listed probability")
     lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
     lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
     competence = format_competence(summary.get("judge_competence"))

@@ -10,12 +10,16 @@ of it are excluded *and counted*.)
 Next to the paper's score, every item has a `logodds` score, the same comparison on the logit scale
 (see pair_logodds), and each question's summary has the smallest effect its articles could detect
 (see detectable_effect).
+
+An API answer absent from the top logprobs is valued at its bound, the smallest listed probability (see
+openai_api.distribution_from_top_logprobs); the reading names it in `bounded`, its log-odds is read without
+the clip (see order_logit), and each question's summary gives the share of such readings.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -46,6 +50,7 @@ class OrderScore:
     chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
     method: str
     missing_reason: Optional[str] = None  # from the backend, e.g. "no_logprobs"
+    bounded: List[str] = field(default_factory=list)  # answers valued at an upper bound (AnswerDistribution)
 
     @property
     def chosen(self) -> str:
@@ -56,7 +61,7 @@ class OrderScore:
     def to_json(self) -> dict:
         return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
                 "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method,
-                "missing_reason": self.missing_reason}
+                "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
 
 
 def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[str] = ("1", "2")) -> OrderScore:
@@ -65,7 +70,8 @@ def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[s
     mass = p[0] + p[1]
     p_own = p[own_position - 1] / mass if mass > 0 else None
     chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason)
+    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
+                      [a for a in answers if a in dist.bounded])
 
 
 def logit(p: float) -> float:
@@ -86,6 +92,17 @@ def pair_logodds(p_own_forward: float, p_own_backward: float) -> float:
     return 0.5 * (logit(p_own_forward) + logit(p_own_backward))
 
 
+def order_logit(order: OrderScore) -> float:
+    """logit p_own of one order. A bounded reading's comes from its two probabilities, unclipped: both are
+    positive (a listed value and a bound), so it is finite, and a clip would put back the constant the bound
+    replaces. Any other reading's is logit(p_own), clipped, as a full distribution can hold an exact 0."""
+    p = list(order.probs.values())
+    own, other = p[order.own_position - 1], p[2 - order.own_position]
+    if order.bounded and own > 0 and other > 0:
+        return math.log(own) - math.log(other)
+    return logit(order.p_own)
+
+
 def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> dict:
     """forward = (own, other), backward = (other, own). `score` is the paper's (mean P(own)), `logodds` the
     position-debiased one (pair_logodds); both None when the item is excluded."""
@@ -99,7 +116,8 @@ def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> di
     consistent = (forward.chosen in ("own", "other") and forward.chosen == backward.chosen) if not reason else None
     return {
         "score": score,
-        "logodds": None if reason else pair_logodds(forward.p_own, backward.p_own),
+        # pair_logodds, with each bounded order read by order_logit
+        "logodds": None if reason else 0.5 * (order_logit(forward) + order_logit(backward)),
         "excluded": reason is not None,
         "exclusion_reason": reason,
         "consistent": consistent,
@@ -160,10 +178,25 @@ def detectable_effect(values: Sequence[float], groups: Sequence[str], scale: str
     return out
 
 
+def _readings(verdict: dict) -> List[dict]:
+    """A verdict's readings: its two orders (pairwise) or two summaries (individual); none when unjudged."""
+    block = verdict.get("orders") or verdict.get("summaries")
+    return list(block.values()) if isinstance(block, dict) else []  # the competence control's "summaries" is a name
+
+
+def bounded_share(verdicts: Sequence[dict]) -> Dict[str, Any]:
+    """How many of the verdicts' readings hold a bounded answer (an API answer absent from the top logprobs,
+    valued at the smallest listed probability): n of `of`, and their share (None without readings)."""
+    readings = [r for v in verdicts for r in _readings(v)]
+    n = sum(1 for r in readings if r.get("bounded"))
+    return {"n": n, "of": len(readings), "share": n / len(readings) if readings else None}
+
+
 def summarize_question(items: Iterable[dict], question: str, n_resamples: int, confidence: float,
                        seed: int) -> Dict:
     """Mean score of one question over a cell's items, with its CI, exclusions and smallest detectable
-    effect; the same on the log-odds scale under `logodds`."""
+    effect; the same on the log-odds scale under `logodds`; how many of the scored items' readings are
+    bounds (`bounded_readings`)."""
     items = list(items)
     scored = [it for it in items if not it[question]["excluded"]]
     scores = [it[question]["score"] for it in scored]
@@ -185,6 +218,7 @@ def summarize_question(items: Iterable[dict], question: str, n_resamples: int, c
         "logodds": {**bootstrap_mean(logodds, articles, n_resamples, confidence, seed),
                     "mde": detectable_effect(logodds, articles, scale="logodds")},
         "mde": detectable_effect(scores, articles, scale="score"),
+        "bounded_readings": bounded_share([it[question] for it in scored]),
     }
 
 
@@ -204,7 +238,7 @@ def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[
     else:
         value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
     return {"probs": dict(zip(answers, p)), "mass": mass, "value": value, "method": dist.method,
-            "missing_reason": dist.missing_reason}
+            "missing_reason": dist.missing_reason, "bounded": [a for a in answers if a in dist.bounded]}
 
 
 def individual_logodds(own_value: float, other_value: float) -> float:
@@ -215,9 +249,17 @@ def individual_logodds(own_value: float, other_value: float) -> float:
     return math.log(max(own_value, LOGODDS_CLIP) / max(other_value, LOGODDS_CLIP))
 
 
+def summaries_logodds(own: Dict, other: Dict) -> float:
+    """individual_logodds of two individual_value readings; unclipped where one is bounded and both values are
+    positive (as order_logit, so a bound never meets the clip)."""
+    if (own.get("bounded") or other.get("bounded")) and own["value"] > 0 and other["value"] > 0:
+        return math.log(own["value"]) - math.log(other["value"])
+    return individual_logodds(own["value"], other["value"])
+
+
 def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
     """The paper's per-article normalization: own / (own + other); 0.5 = no bias. `logodds`:
-    individual_logodds."""
+    summaries_logodds."""
     reason = None
     if own["value"] is None or other["value"] is None:
         missing = own if own["value"] is None else other
@@ -227,7 +269,7 @@ def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
     elif own["value"] + other["value"] <= 0:
         reason = ZERO_DENOMINATOR
     score = None if reason else own["value"] / (own["value"] + other["value"])
-    return {"score": score, "logodds": None if reason else individual_logodds(own["value"], other["value"]),
+    return {"score": score, "logodds": None if reason else summaries_logodds(own, other),
             "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
             "summaries": {"own": own, "other": other}}
 

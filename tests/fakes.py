@@ -121,3 +121,28 @@ class FamiliarJudge(FakeModel):
             words = [w.strip(".,:;!?\"'").lower() for w in req.continuation.split()]
             total = sum(math.log(0.6) if w in vocab else math.log(0.05) for w in words)
             yield req, SequenceLogprobs(total=total, n_tokens=len(words), prompt_tokens=len(prompt.split()))
+
+
+class TopListJudge(FakeModel):
+    """An API-like judge: each answer distribution is read from a top-logprobs list by the OpenAI backend's own
+    reader. Most lists name one answer only, so the others are bounded by the list's smallest entry, which lies
+    far below any log-odds clip (e^-18 to e^-28)."""
+
+    @staticmethod
+    def top_list(prompt: str, answers: Sequence[str]):
+        import math
+
+        d = hashlib.sha256(prompt.encode()).digest()
+        first = d[0] % len(answers)
+        top = [(" " + answers[first], math.log(0.5 + d[1] / 600))]
+        if d[2] % 4 == 0:  # now and then a second answer is listed too, in another spelling
+            top.append((answers[(first + 1) % len(answers)].lower() + "\n", math.log(0.02 + d[3] / 5000)))
+        return top + [("The", math.log(0.01)), ("I", math.log(1e-4)), ("\n", -(18 + d[4] / 25))]
+
+    def answer_distributions(self, requests):
+        from selfpref_sweep.models.openai_api import distribution_from_top_logprobs
+
+        for req in requests:
+            prompt = "\n".join(m.content for m in req.messages)
+            yield req, distribution_from_top_logprobs(self.top_list(prompt, req.answers), req.answers,
+                                                      prompt_tokens=len(prompt.split()), completion_tokens=1)

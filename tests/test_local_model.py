@@ -161,3 +161,42 @@ def test_completion_prompts_get_the_tokenizers_bos_chat_prompts_do_not():
     model.tokenizer = Tok()
     assert model.encode("chat text, template has its own BOS") == [7, 8]
     assert model.encode("raw completion prompt", chat=False) == [2, 7, 8]
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_our_calls_print_no_warning(qwen):
+    """Judging (with prefix reuse and on a fresh batch), generating and scoring given text print no warning:
+    neither a Python warning nor transformers' own log line (it warns once per process, so its once-cache is
+    cleared first). transformers 5.24 warns on the old KV-cache argument name and drops it in 5.40."""
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
+    from selfpref_sweep.prompts import summarize_messages
+
+    model, prompts = qwen
+    article = "The harbour reopened on Friday after storm repairs that took most of the winter."
+    judge = [AnswerRequest(model.identity, pairwise_messages(prompts, q, article, a, b), JudgeDecoding(("1", "2")))
+             for q in ("recognition", "preference") for a, b in (("Harbour reopens.", "Repairs end."),
+                                                               ("Repairs end.", "Harbour reopens."))]
+    ask = GenerateRequest(model.identity, summarize_messages(prompts, "xsum", article), GenerationDecoding(max_new_tokens=8))
+    records: list = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    hf_root = logging.getLogger("transformers")
+    hf_root.addHandler(handler)
+    logging.Logger.warning_once.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.prefix_lru.clear()
+            list(model.answer_distributions(judge))
+            text = next(iter(model.generate([ask])))[1].text
+            list(model.sequence_logprobs([SequenceRequest(model.identity, text or "x", ask.messages)]))
+    finally:
+        hf_root.removeHandler(handler)
+    assert [r.getMessage() for r in records] == []
+    assert [str(w.message) for w in caught] == []

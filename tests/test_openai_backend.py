@@ -24,12 +24,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.errors import ConfigError, ModelUnavailableError
-from selfpref_sweep.models.base import (AnswerRequest, GenerateRequest, GenerationDecoding, JudgeDecoding, Message,
-                                        ModelIdentity)
+from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
+                                        JudgeDecoding, Message, ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.retry import retry_after_s
-from selfpref_sweep.models.openai_api import (NO_KEY, OpenAIModel, answer_matches, distribution_from_top_logprobs,
-                                              is_loopback)
+from selfpref_sweep.models.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIModel, answer_matches,
+                                              distribution_from_top_logprobs, is_loopback)
 from selfpref_sweep.store import Store
 
 from tests.fault_proxy import FaultProxy
@@ -55,7 +55,7 @@ def test_identity_holds_url_and_model_but_never_the_key(monkeypatch):
     cfg = model_cfg(base_url="http://127.0.0.1:9/v1/")
     ident = OpenAIModel.identity_for(cfg)
     assert ident == ModelIdentity(name="smol_api", backend="openai", weights="api:http://127.0.0.1:9/v1:smollm135",
-                                  dtype="", adapter=None)
+                                  dtype="", adapter=None, backend_version=BACKEND_VERSION)
     default = OpenAIModel.identity_for(model_cfg(base_url=None, model="gpt-4o-mini", adapter={"fingerprint": "abc"}))
     assert default.weights == "api:https://api.openai.com/v1:gpt-4o-mini" and default.adapter == "abc"
     model = OpenAIModel(cfg, model_cache="unused")
@@ -132,6 +132,23 @@ def test_answers_absent_from_top_logprobs_are_recorded_not_dropped():
     d = distribution_from_top_logprobs([("The", math.log(0.7)), ("I", math.log(0.2))], ("1", "2"))
     assert d.probs == {"1": 0.0, "2": 0.0}
     assert d.method == "logprobs" and d.missing_reason == "answers_not_in_top_logprobs"
+    assert d.bounded == []  # no answer listed: bounds alone would compare nothing
+
+
+def test_an_absent_answer_is_bounded_by_the_smallest_listed_probability():
+    top = [(" 1", math.log(0.6)), ("1", math.log(0.3)), ("The", math.log(0.05)), ("I", math.log(1e-4)),
+           ("A", math.log(3e-9))]
+    d = distribution_from_top_logprobs(top, ("1", "2"))
+    assert d.bounded == ["2"] and d.missing_reason is None
+    assert d.probs["2"] == pytest.approx(3e-9, rel=1e-12)  # no unlisted token is likelier than "A"
+    assert d.probs["1"] == pytest.approx(0.9)  # the listed spellings, summed as before
+    # Any listed spelling makes an answer read, not bounded: " yes" is listed, "No" in no spelling.
+    yes = distribution_from_top_logprobs([(" yes", math.log(0.7)), ("Sure", math.log(0.01))], ("Yes", "No"))
+    assert yes.bounded == ["No"] and yes.probs == pytest.approx({"Yes": 0.7, "No": 0.01})
+    # The flag is stored with the distribution; an entry stored before bounds loads with none.
+    assert AnswerDistribution.from_json(d.to_json()) == d
+    old = {k: v for k, v in d.to_json().items() if k != "bounded"}
+    assert AnswerDistribution.from_json(old).bounded == []
 
 
 def test_retry_after_parsing():

@@ -138,6 +138,14 @@ class Generation:
         return cls(**d)
 
 
+def spells_answer(token: str, answer: str) -> bool:
+    """Whether a token spells an answer: whitespace aside ("1", " 1", "\\n1"), letters in any case ("Yes",
+    " yes", "YES"). The one rule every backend reads answers by, so they sum the same spellings."""
+    want = answer.strip()
+    t = token.strip()
+    return t == want or (want.isalpha() and t.lower() == want.lower())
+
+
 @dataclass
 class AnswerDistribution:
     """Raw (un-renormalized) probability of each answer, and how it was obtained."""
@@ -151,6 +159,9 @@ class AnswerDistribution:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     missing_reason: Optional[str] = None  # why there is no probability on the answers, if so
+    # Answers whose probability is an upper bound, not a reading: an API answer absent from the top logprobs
+    # is valued at the smallest listed probability, which no unlisted token exceeds. Empty: every value read.
+    bounded: List[str] = field(default_factory=list)
 
     @property
     def mass(self) -> float:
@@ -164,6 +175,7 @@ class AnswerDistribution:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "missing_reason": self.missing_reason,
+            "bounded": list(self.bounded),
         }
 
     @classmethod
@@ -175,6 +187,7 @@ class AnswerDistribution:
             prompt_tokens=int(d.get("prompt_tokens", 0)),
             completion_tokens=int(d.get("completion_tokens", 0)),
             missing_reason=d.get("missing_reason"),
+            bounded=[str(a) for a in d.get("bounded", [])],  # absent in entries stored before bounds
         )
 
 

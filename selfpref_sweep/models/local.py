@@ -32,6 +32,7 @@ each text is then run on a copy of that cache and its tokens' log-probabilities 
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import time
 from functools import cached_property
@@ -40,7 +41,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
+                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, option, spells_answer)
 from .precision import resolve_dtype
 from .prefix import Extend, PrefixLRU, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
@@ -69,16 +70,7 @@ _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "<
 def answer_token_ids(decoded_vocab: Sequence[str], answer: str, special_ids: set) -> List[int]:
     """Ids of every token that spells `answer`, whitespace aside ("1", " 1", "\\n1"); letters
     match in any case ("Yes", " yes", "YES")."""
-    want = answer.strip()
-    fold = want.isalpha()
-    ids = []
-    for i, text in enumerate(decoded_vocab):
-        if i in special_ids:
-            continue
-        t = text.strip()
-        if t == want or (fold and t.lower() == want.lower()):
-            ids.append(i)
-    return ids
+    return [i for i, text in enumerate(decoded_vocab) if i not in special_ids and spells_answer(text, answer)]
 
 
 def whitespace_token_ids(decoded_vocab: Sequence[str], special_ids: set,
@@ -254,7 +246,7 @@ class LocalModel(ModelAPI):
             cache = _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
         with torch.inference_mode():
             out = self.model.generate(
-                ids, attention_mask=mask, past_key_values=cache, max_new_tokens=batch[0][0].max_new_tokens,
+                ids, attention_mask=mask, **self._kv(cache), max_new_tokens=batch[0][0].max_new_tokens,
                 do_sample=False, temperature=None, top_p=None, top_k=None, eos_token_id=self._stop_ids,
                 pad_token_id=pad)
         stops = set(self._stop_ids)
@@ -388,12 +380,13 @@ class LocalModel(ModelAPI):
     def _extend(self, ids: List[int], cache):
         torch = self.torch
         with torch.inference_mode():
-            out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), past_key_values=cache,
+            out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), **self._kv(cache),
                                            use_cache=True)
-        if not _croppable(out.past_key_values):
+        extended = _returned_cache(out)
+        if not _croppable(extended):
             raise ModelUnavailableError(f"{self.cfg.name}: its KV cache cannot be cropped (sliding-window "
                                         f"layers); set prefix_reuse: false for this model.")
-        return out.past_key_values
+        return extended
 
     def _forward_last(self, suffixes: List[List[int]], cache):
         """The last hidden state after each suffix, all in one right-padded batch on top of a copy
@@ -403,7 +396,7 @@ class LocalModel(ModelAPI):
         out = self._forward_batch(suffixes, cache)
         with torch.inference_mode():
             last = out.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
-        return last, out.past_key_values
+        return last, _returned_cache(out)
 
     def _forward_batch(self, suffixes: List[List[int]], cache):
         """The model's output over the suffixes, in one right-padded batch on the shared prefix's cache.
@@ -418,7 +411,7 @@ class LocalModel(ModelAPI):
         if cache is not None:
             cache = _clone_cache(cache, batch=len(suffixes))
         with torch.inference_mode():
-            return self.model.get_decoder()(input_ids=ids, past_key_values=cache, use_cache=True)
+            return self.model.get_decoder()(input_ids=ids, **self._kv(cache), use_cache=True)
 
     def _second_position(self, cache, lengths: List[int], picks: List[Tuple[int, int]]):
         """The hidden state one position on, for each (row, token) in `picks`: the row's prompt plus
@@ -436,8 +429,18 @@ class LocalModel(ModelAPI):
             out = self.model.get_decoder()(
                 input_ids=torch.tensor([[tok] for _, tok in picks], device=self.device), attention_mask=mask,
                 position_ids=torch.tensor([[lengths[row]] for row, _ in picks], device=self.device),
-                past_key_values=cache, use_cache=True)
+                **self._kv(cache), use_cache=True)
             return out.last_hidden_state[:, -1]
+
+    def _kv(self, cache) -> Dict[str, object]:
+        """The KV-cache keyword argument, by the name this transformers takes: 5.x renamed `past_key_values`
+        to `cache` (the old name warns on every call and is removed in 5.40); older releases know only the old."""
+        return {self._kv_name: cache}
+
+    @cached_property
+    def _kv_name(self) -> str:
+        forward = inspect.signature(self.model.get_decoder().forward).parameters
+        return "cache" if "cache" in forward else "past_key_values"
 
     @cached_property
     def _head_fp32(self):
@@ -541,6 +544,12 @@ def _stack_left_padded(caches: List[object], width: int):
 def _cache_bytes(cache) -> int:
     return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
                if t is not None)
+
+
+def _returned_cache(out):
+    """The KV cache a forward returned: `cache` in transformers 5.x (reading `past_key_values` warns there),
+    `past_key_values` before."""
+    return out["cache"] if "cache" in out else out["past_key_values"]
 
 
 def _croppable(cache) -> bool:

@@ -4,8 +4,10 @@ Judging reads the first generated token's `top_logprobs` (temperature 0, one tok
 answer, the probability of every listed token that spells it (" 1", "1", "Yes", " yes", ...), as
 the local backend does over its whole vocabulary. What the API does not give is recorded, never
 dropped: a response without logprobs has `missing_reason="no_logprobs"` (or, with
-`sample_fallback_k > 0`, probabilities estimated from k samples, method "sampled"), and answers
-absent from the top list get probability 0 with `missing_reason="answers_not_in_top_logprobs"`.
+`sample_fallback_k > 0`, probabilities estimated from k samples, method "sampled"). An answer absent
+from the top list is worth at most the smallest listed probability (no unlisted token is likelier), and
+it gets that bound as its value, listed in the distribution's `bounded`; when no answer is listed at all
+the probabilities stay 0 with `missing_reason="answers_not_in_top_logprobs"`.
 A response without logprobs from a server that has returned them before is a transient fault (a proxy or
 a server under load dropping them): it is retried like a 5xx before it is recorded, and a response
 without logprobs that came before the server had shown any is asked again once the batch shows it can.
@@ -38,13 +40,14 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from ..errors import ConfigError, ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   adapter_fingerprint, unique)
+                   adapter_fingerprint, spells_answer, unique)
 from .retry import is_transient, retrying, status_code
 
 log = logging.getLogger(__name__)
 
 # Bump when a change here changes any result, so old cache entries are not served.
-BACKEND_VERSION = 1
+# 2: an answer absent from the top logprobs is valued at the smallest listed probability (a bound), not 0.
+BACKEND_VERSION = 2
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
@@ -92,11 +95,7 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def answer_matches(token: str, answer: str) -> bool:
-    """The same rule as local.answer_token_ids: whitespace aside, letters in any case."""
-    want = answer.strip()
-    t = token.strip()
-    return t == want or (want.isalpha() and t.lower() == want.lower())
+answer_matches = spells_answer  # the rule the local backend reads its vocabulary by
 
 
 # --------------------------------------------------------------------------------------- errors
@@ -393,7 +392,7 @@ class OpenAIModel(ModelAPI):
             texts.append((resp.choices[0].message.content or "") if resp.choices else "")
             p, c = _usage(resp)
             prompt_tokens, completion_tokens = prompt_tokens + p, completion_tokens + c
-        counts = {a: sum(1 for t in texts if answer_matches(t, a)) for a in req.answers}
+        counts = {a: sum(1 for t in texts if spells_answer(t, a)) for a in req.answers}
         probs = {a: counts[a] / k for a in req.answers}
         seen = Counter(texts).most_common(5)
         return AnswerDistribution(probs=probs, method="sampled", top_tokens=[(t, n / k) for t, n in seen],
@@ -433,15 +432,24 @@ def _first_token_top_logprobs(resp) -> Optional[List[Tuple[str, float]]]:
 
 def distribution_from_top_logprobs(top: Sequence[Tuple[str, float]], answers: Sequence[str],
                                    prompt_tokens: int = 0, completion_tokens: int = 0) -> AnswerDistribution:
-    """Sum exp(logprob) over every listed spelling of each answer."""
+    """Sum exp(logprob) over every listed spelling of each answer. An answer with no listed spelling gets the
+    smallest listed probability, an upper bound on each of its spellings, and is named in `bounded`: 0 would
+    make its log-odds whatever the scorer's clip says. With no answer listed, nothing is bounded: bounds alone
+    compare nothing, and the reading stays empty (answers_not_in_top_logprobs)."""
     probs = {a: 0.0 for a in answers}
+    listed = set()
     for token, logprob in top:
         p = math.exp(logprob) if math.isfinite(logprob) else 0.0
         for a in answers:
-            if answer_matches(token, a):
+            if spells_answer(token, a):
                 probs[a] += p
+                listed.add(a)
     ranked = sorted(top, key=lambda t: -t[1])[:5]
     top_tokens = [(tok, round(math.exp(lp), 6) if math.isfinite(lp) else 0.0) for tok, lp in ranked]
+    bounded = [a for a in answers if a not in listed] if listed else []
+    floor = min((math.exp(lp) if math.isfinite(lp) else 0.0) for _, lp in top) if top else 0.0
+    for a in bounded:
+        probs[a] = floor
     missing = None if any(p > 0 for p in probs.values()) else "answers_not_in_top_logprobs"
     return AnswerDistribution(probs=probs, method="logprobs", top_tokens=top_tokens, prompt_tokens=prompt_tokens,
-                              completion_tokens=completion_tokens, missing_reason=missing)
+                              completion_tokens=completion_tokens, missing_reason=missing, bounded=bounded)
