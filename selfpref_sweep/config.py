@@ -343,6 +343,19 @@ class WandbConfig:
 
 
 @dataclass
+class SpecificityMargin:
+    # The specificity test's equivalence margin per scale: a shift in preference at matched recognition
+    # smaller than this counts as none (selfpref_sweep/analysis/fit.py SPECIFICITY_MARGIN, which must agree).
+    paper: float = 0.05
+    logodds: float = 0.2
+
+
+@dataclass
+class AnalysisConfig:
+    specificity_margin: SpecificityMargin = field(default_factory=SpecificityMargin)
+
+
+@dataclass
 class Config:
     evaluator: ModelConfig = MISSING
     source: SourceConfig = MISSING
@@ -361,6 +374,7 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     model_pool: ModelPoolConfig = field(default_factory=ModelPoolConfig)
     wandb: WandbConfig = field(default_factory=WandbConfig)
+    analysis: AnalysisConfig = field(default_factory=AnalysisConfig)  # the end-of-sweep analysis
     seed: int = 0
     show_progress: bool = True
     # Plan only: list the grid's cells with the calls not yet cached, tokens and estimated cost.

@@ -30,6 +30,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from .cli import specificity_margin_of
 from .discover import find_cell_dirs
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class AnalysisCallback(Callback):
         except Exception:  # noqa: BLE001
             print(f"analysis: cannot read hydra.sweep.dir:\n{traceback.format_exc()}", file=sys.stderr)
             return
-        self.analyse(sweep_dir, wandb_cfg)
+        self.analyse(sweep_dir, wandb_cfg, specificity_margin_of(config))
 
     # --- work ------------------------------------------------------------------------------------
 
@@ -137,7 +138,8 @@ class AnalysisCallback(Callback):
             where.write_text(f"$ {' '.join(cmd)}\nexit status {proc.returncode}\n{proc.stderr}", encoding="utf-8")
             print(f"analysis: FAILED (exit status {proc.returncode}); details in {where}", file=sys.stderr)
 
-    def analyse(self, sweep_dir: Path, wandb_cfg: Optional[dict[str, Any]] = None) -> bool:
+    def analyse(self, sweep_dir: Path, wandb_cfg: Optional[dict[str, Any]] = None,
+                specificity_margin: Optional[dict[str, float]] = None) -> bool:
         """Run the analysis; returns False (after writing analysis/error.txt) if it failed."""
         try:
             from .pipeline import run_analysis
@@ -147,7 +149,7 @@ class AnalysisCallback(Callback):
                 print(f"analysis: skipped, {n} cell director{'y' if n == 1 else 'ies'} in {sweep_dir} "
                       f"(min_cells={self.min_cells})")
                 return True
-            result = run_analysis([sweep_dir], wandb_cfg=wandb_cfg)
+            result = run_analysis([sweep_dir], wandb_cfg=wandb_cfg, specificity_margin=specificity_margin)
             print(result.summary_text())
             return True
         except Exception as exc:  # noqa: BLE001 - never lose the sweep's results to the analysis

@@ -35,8 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wandb-group", default=None, help="W&B group (default: the sweep dir's name)")
     parser.add_argument("--recognition-task", action="append", dest="recognition_tasks", default=None,
                         metavar="TASK",
-                        help="finetune_task value counted as a recognition fine-tune in the slope-difference test "
-                             "(repeatable; default: recognition)")
+                        help="finetune_task value counted as a recognition fine-tune in the specificity and "
+                             "interaction tests and the dose-response trend (repeatable; default: recognition)")
+    parser.add_argument("--specificity-margin", action="append", default=None, metavar="SCALE=VALUE",
+                        help="the specificity test's equivalence margin on one scale (paper or logodds; "
+                             "repeatable; default: the sweep's analysis.specificity_margin, else 0.05 and 0.2)")
     return parser
 
 
@@ -68,6 +71,39 @@ def sweep_wandb_cfg(sweep_dir: Path) -> dict[str, Any]:
     return out
 
 
+def specificity_margin_of(cfg: Any) -> dict[str, float]:
+    """analysis.specificity_margin of a sweep's config (an OmegaConf node) as {scale: margin}; {} where it is
+    absent (older sweeps) or unreadable: the analysis then uses its defaults."""
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.select(cfg, "analysis.specificity_margin", default=None)
+        data = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    except Exception:  # noqa: BLE001 - an unreadable setting costs only the defaults
+        return {}
+    return {str(k): float(v) for k, v in (data or {}).items() if isinstance(v, (int, float))} \
+        if isinstance(data, dict) else {}
+
+
+def _sweep_margins(sweep_dir: Path, given: Optional[Sequence[str]]) -> dict[str, float]:
+    """The sweep's margins (its multirun.yaml), overridden by --specificity-margin SCALE=VALUE."""
+    margins: dict[str, float] = {}
+    path = sweep_dir / "multirun.yaml"
+    if path.is_file():
+        from omegaconf import OmegaConf
+
+        try:
+            margins = specificity_margin_of(OmegaConf.load(path))
+        except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+            margins = {}
+    for item in given or []:
+        scale, sep, value = item.partition("=")
+        if not sep or scale not in ("paper", "logodds"):
+            raise SystemExit(f"error: --specificity-margin takes paper=VALUE or logodds=VALUE, not {item!r}")
+        margins[scale] = float(value)
+    return margins
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["publish-wandb"]:  # the one sub-command: save an offline sweep's W&B panels
@@ -88,6 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result = run_analysis(
             args.sweep_dirs, out_dir=args.out, wandb_cfg=wandb_cfg,
             recognition_tasks=tuple(args.recognition_tasks or RECOGNITION_TASKS),
+            specificity_margin=_sweep_margins(args.sweep_dirs[0], args.specificity_margin),
         )
     except (FileNotFoundError, NoCellsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -28,7 +28,7 @@ import pandas as pd
 from .clustered import ClusteredOLS, too_few_clusters
 from .fit import ALPHA, clustered_ols, condition_groups
 from .tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
-from .units import SCALES, UNIT_KEYS, kept_items
+from .units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in
 
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
 
@@ -136,8 +136,11 @@ def fit_familiarity(items: pd.DataFrame) -> list[FamiliarityFit]:
 def likelihood_units(items: pd.DataFrame) -> pd.DataFrame:
     """Per paper unit (evaluator variant × dataset × setting × label): the likelihood recognizer's accuracy
     and verbal recognition (paper scale) over the same items, each a mean over the unit's sources of the
-    cell means, as the paper unit averages; and the mean familiarity difference."""
-    cols = [*UNIT_KEYS, "n_sources", "n_items", "likelihood_recognition", "verbal_recognition", "mean_difference"]
+    cell means, as the paper unit averages; and the mean familiarity difference. A unit with a cell that has
+    no familiarity gets NaN, and ``incomplete`` names the cell, never the mean over the other sources."""
+    cols = [*UNIT_KEYS, "n_sources", "n_items", "likelihood_recognition", "verbal_recognition", "mean_difference",
+            "incomplete"]
+    items = key_frame(items, UNIT_KEYS) if not items.empty else items
     fam = familiarity_items(items)
     if fam.empty:
         return pd.DataFrame(columns=cols)
@@ -147,8 +150,13 @@ def likelihood_units(items: pd.DataFrame) -> pd.DataFrame:
         n_items=("_win", "size"), lr=("_win", "mean"), rec=("rec_score", "mean"), diff=("fam_difference", "mean"))
     units = per_cell.groupby(level=list(range(len(UNIT_KEYS))), dropna=False).agg(
         n_sources=("lr", "size"), n_items=("n_items", "sum"), likelihood_recognition=("lr", "mean"),
-        verbal_recognition=("rec", "mean"), mean_difference=("diff", "mean"))
-    return units.reset_index()[cols]
+        verbal_recognition=("rec", "mean"), mean_difference=("diff", "mean")).reset_index()
+    has = pd.Series(items.index.isin(fam.index), index=items.index)
+    notes = {key: incomplete_note({FAMILIARITY: missing_in(sub, has)})[0]
+             for key, sub in items.groupby(list(UNIT_KEYS), sort=True)}
+    units["incomplete"] = [notes.get(tuple(k), "") for k in units[list(UNIT_KEYS)].itertuples(index=False)]
+    units.loc[units["incomplete"] != "", ["likelihood_recognition", "verbal_recognition", "mean_difference"]] = math.nan
+    return units[cols]
 
 
 def has_familiarity(cells: pd.DataFrame) -> bool:
@@ -221,6 +229,7 @@ def likelihood_units_table(units: pd.DataFrame) -> pd.DataFrame:
         "evaluator variant": u.evaluator_variant, "dataset": u.dataset, "setting": u.setting, "label": u.label,
         "sources": int(u.n_sources), "items": int(u.n_items), "verbal recognition": fmt(u.verbal_recognition),
         "likelihood recognizer": fmt(u.likelihood_recognition), "own − other log-lik/token": fmt(u.mean_difference),
+        "incomplete": u.incomplete,
     } for u in units.itertuples()])
 
 

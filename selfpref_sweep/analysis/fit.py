@@ -9,8 +9,15 @@
   article (dataset, article_id). Base and fine-tuned evaluators meet only through the evaluator-variant factor.
   Every clustered CI and p-value is CR2 with Bell–McCaffrey degrees of freedom (clustered.py), which holds
   its size with few clusters; where even that cannot, the fit gives its estimate and no CI or p-value.
+- Specificity, the causal question: preference ~ recognition + recognition_finetune over fine-tuned points
+  (one common slope), at the paper unit (OLS) and at the source level (clustered by evaluator variant). The
+  recognition_finetune coefficient is the shift in preference at matched recognition, with a TOST
+  equivalence test against a margin per scale. If recognition drives preference, whatever moved it, every
+  fine-tune lies on one line and the shift is 0.
 - Recognition vs control fine-tunes: preference ~ recognition * recognition_finetune over fine-tuned
-  points, at the paper unit (OLS) and at the source level (clustered by evaluator variant).
+  points, at the paper unit (OLS) and at the source level (clustered by evaluator variant). Its
+  interaction, the difference of the two slopes, is also 0 on one common line: a non-zero one says the two
+  kinds do not share a line, not that recognition drives preference.
 
 Every fit is made on the paper's scale (the headline) and on the log-odds scale. Degenerate groups (too
 few points, no variance in recognition, too few clusters) are never fitted and never crash: their result
@@ -24,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,6 +59,11 @@ GROUPINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # finetune_task values that train self-recognition; every other non-"none" task is a control.
 RECOGNITION_TASKS: tuple[str, ...] = ("recognition",)
+
+# The specificity test's equivalence margin per scale (conf/config.yaml analysis.specificity_margin, which
+# must agree: tests/test_specificity.py). Paper scale: 0.05, preference 0.50 -> 0.55 at matched recognition.
+# Log-odds: 0.2 = logit(0.55), the same shift for a judge without position bias (both orders alike).
+SPECIFICITY_MARGIN: dict[str, float] = {"paper": 0.05, "logodds": 0.2}
 
 # Levels and methods, as the tables show them.
 LEVEL_UNIT, LEVEL_SOURCE, LEVEL_ITEM = "paper unit", "source", "item"
@@ -125,6 +137,41 @@ class InteractionResult:
     slope_recognition_ci_low: float = math.nan
     slope_recognition_ci_high: float = math.nan
     no_interval: str = ""  # why the CIs and p-value are absent although the estimates exist
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class SpecificityResult:
+    """preference ~ recognition + recognition_finetune over the fine-tuned points of one group: the shift in
+    preference at matched recognition (recognition fine-tunes above the controls' line), and whether it is
+    equivalent to 0 within ``margin`` (TOST)."""
+
+    level: str
+    group_by: str
+    group: str
+    n: int
+    n_recognition: int
+    n_control: int
+    ok: bool
+    note: str = ""
+    scale: str = "paper"
+    method: str = OLS_PLAIN
+    n_clusters: Optional[int] = None
+    shift: float = math.nan  # the recognition_finetune coefficient
+    se: float = math.nan
+    df: float = math.nan  # residual df (OLS) or Bell–McCaffrey df (clustered)
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p: float = math.nan  # H0: shift = 0
+    slope: float = math.nan  # the common slope of preference on recognition
+    slope_ci_low: float = math.nan
+    slope_ci_high: float = math.nan
+    margin: float = math.nan
+    equivalence_p: float = math.nan  # TOST: the larger of the two one-sided p-values (H0: |shift| >= margin)
+    verdict: str = ""  # the outcome in words (specificity_verdict)
+    no_interval: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -419,15 +466,16 @@ def fit_interaction(
 ) -> InteractionResult:
     """Whether the preference-on-recognition slope differs between recognition fine-tunes and control
     fine-tunes: the coefficient of recognition:recognition_finetune in
-    ``preference ~ recognition * recognition_finetune``.
+    ``preference ~ recognition * recognition_finetune``. If recognition drives preference, whatever moved it,
+    every fine-tune lies on one common line and this is 0: it tests whether the two kinds share a slope, not
+    whether recognition causes preference (fit_specificity asks that, at matched recognition).
 
     ``data`` has recognition, preference, finetune_task (and evaluator_variant when clustered). Only
     fine-tuned points enter: the question is about the two kinds of fine-tune, and base models belong to
     neither. Clustered, recognition_finetune is constant within each cluster, so each kind needs enough
     clusters of its own for the test (clustered.too_few_clusters); with fewer the row has estimates only.
     """
-    ft = data[data["finetune_task"].notna() & (data["finetune_task"] != "none")]
-    ft = _usable(ft.assign(recognition_finetune=ft["finetune_task"].isin(list(recognition_tasks)).astype(int)))
+    ft = _finetuned(data, recognition_tasks)
     is_rec = ft["recognition_finetune"].to_numpy()
     n, n_rec = int(len(ft)), int(is_rec.sum())
     n_ctl = n - n_rec
@@ -506,18 +554,160 @@ def fit_interactions(
     """The recognition-vs-control interaction at the paper unit (OLS) and the source level (clustered by
     evaluator variant), per setting × label and per transfer condition, both scales."""
     out: list[InteractionResult] = []
+    for level, name, group, scale, data, cluster in _finetune_groups(units, points):
+        if data is None:
+            out.append(InteractionResult(level, name, group, 0, 0, 0, ok=False,
+                                         note=f"not enough {_POINT_NAMES[level]} (n=0)"))
+            continue
+        out.append(fit_interaction(data, level=level, group_by=name, group=group, scale=scale,
+                                   recognition_tasks=recognition_tasks, cluster_col=cluster))
+    return out
+
+
+def _finetune_groups(units: pd.DataFrame, points: pd.DataFrame) -> Any:
+    """(level, grouping, group, scale, points or None when the level has none, cluster column): the
+    groups the fine-tune comparisons are fitted on, at the paper unit (plain OLS) and at the source level
+    (clustered by evaluator variant), per setting × label and per transfer condition, both scales."""
     for level, frame, template, cluster in (
         (LEVEL_UNIT, units, "{q}_{s}_mean", None),
         (LEVEL_SOURCE, points, "{q}_{s}", "evaluator_variant"),
     ):
         if frame.empty:
-            out.append(InteractionResult(level, "setting × label", "all", 0, 0, 0, ok=False,
-                                         note=f"not enough {_POINT_NAMES[level]} (n=0)"))
+            yield level, "setting × label", "all", "paper", None, cluster
             continue
         for name, group, sub in condition_groups(frame, within="transfer"):
             for scale in _scales_present(frame, template):
                 data = _points(sub, template.format(q="rec", s=scale), template.format(q="pref", s=scale),
                                ["finetune_task", "evaluator_variant"])
-                out.append(fit_interaction(data, level=level, group_by=name, group=group, scale=scale,
-                                           recognition_tasks=recognition_tasks, cluster_col=cluster))
+                yield level, name, group, scale, data, cluster
+
+
+def _finetuned(data: pd.DataFrame, recognition_tasks: Sequence[str]) -> pd.DataFrame:
+    """The fine-tuned points with usable values, and recognition_finetune (1: a recognition task)."""
+    ft = data[data["finetune_task"].notna() & (data["finetune_task"] != "none")]
+    return _usable(ft.assign(recognition_finetune=ft["finetune_task"].isin(list(recognition_tasks)).astype(int)))
+
+
+def tost_p(estimate: float, se: float, df: float, margin: float) -> float:
+    """Two one-sided t tests of H0: |effect| >= margin; the larger p. Below ALPHA, the 90% interval lies inside
+    (-margin, margin): the effect is shown to be smaller than the margin (NaN without an interval)."""
+    if not (se > 0 and df > 0 and margin > 0 and math.isfinite(estimate)):
+        return math.nan
+    p_above = float(stats.t.sf((estimate + margin) / se, df))  # H0: effect <= -margin
+    p_below = float(stats.t.cdf((estimate - margin) / se, df))  # H0: effect >= +margin
+    return max(p_above, p_below)
+
+
+def specificity_verdict(ci_low: float, ci_high: float, equivalence_p: float, margin: float) -> str:
+    """The specificity test's outcome in words (empty without an interval)."""
+    if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
+        return ""
+    equivalent = math.isfinite(equivalence_p) and equivalence_p < ALPHA
+    within = f"±{margin:g}"
+    if ci_low > 0:
+        text = "positive shift: recognition fine-tunes prefer their own summaries more than their recognition predicts"
+    elif ci_high < 0:
+        text = "negative shift: recognition fine-tunes prefer their own summaries less than their recognition predicts"
+    elif equivalent:
+        return f"one common line: the shift is within {within} (equivalent to 0)"
+    else:
+        return f"inconclusive: neither a shift nor equivalence within {within}"
+    return text + (f", though by less than {within}" if equivalent else "")
+
+
+def _specificity_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> list[str]:
+    """Why the shift is not identified: each kind needs a point, recognition must vary within a kind (else
+    the common slope and the shift are confounded), and a residual degree of freedom must remain."""
+    if rec.size == 0:
+        return ["no fine-tuned points"]
+    masks = {"recognition": is_rec == 1, "control": is_rec == 0}
+    problems = [f"no {label} fine-tunes" for label, mask in masks.items() if not mask.any()]
+    if not problems and not any(mask.sum() >= 2 and np.ptp(rec[mask]) > 0 for mask in masks.values()):
+        problems.append("recognition does not vary within either kind, so the common slope is not identified")
+    if rec.size < 4 and not problems:
+        problems.append(f"3 parameters need at least 4 {kind}")
+    return problems
+
+
+def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margin: float) -> dict[str, Any]:
+    """The shift and the common slope; their intervals, the TOST and the verdict unless ``no_interval``."""
+    def vec(name: str) -> np.ndarray:
+        return np.array([1.0 if k == name else 0.0 for k in names])
+
+    shift, slope = contrast(vec("recognition_finetune")), contrast(vec("recognition"))
+    out = dict(shift=shift.estimate, se=shift.se, df=shift.df, slope=slope.estimate, no_interval=no_interval)
+    if no_interval:
+        return out
+    eq_p = tost_p(shift.estimate, shift.se, shift.df, margin)
+    out.update(ci_low=shift.ci_low, ci_high=shift.ci_high, p=shift.p, slope_ci_low=slope.ci_low,
+               slope_ci_high=slope.ci_high, equivalence_p=eq_p,
+               verdict=specificity_verdict(shift.ci_low, shift.ci_high, eq_p, margin))
+    return out
+
+
+def fit_specificity(
+    data: pd.DataFrame,
+    *,
+    level: str = LEVEL_UNIT,
+    group_by: str = "",
+    group: str = "all",
+    scale: str = "paper",
+    recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
+    cluster_col: Optional[str] = None,
+    margin: Optional[float] = None,
+) -> SpecificityResult:
+    """The causal question at matched recognition: the recognition_finetune coefficient of
+    ``preference ~ recognition + recognition_finetune`` (one common slope) over fine-tuned points, with a
+    TOST against ``margin`` (default SPECIFICITY_MARGIN[scale]).
+
+    If recognition drives preference whatever moved it, every fine-tune lies on one line: shift 0. Positive:
+    recognition fine-tunes raise preference beyond what their recognition predicts; negative: below it.
+    Base models are left out: a shift common to every fine-tune (fine-tuning as such, e.g. on position bias)
+    would otherwise be read as the recognition fine-tunes' own. Clustered, recognition_finetune is constant
+    within clusters, so each kind needs enough clusters (too_few_clusters); with fewer, estimates only.
+    """
+    ft = _finetuned(data, recognition_tasks)
+    is_rec = ft["recognition_finetune"].to_numpy()
+    n, n_rec = int(len(ft)), int(is_rec.sum())
+    kind = _POINT_NAMES.get(level, "points")
+    base = dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n - n_rec,
+                scale=scale, method=OLS_PLAIN if cluster_col is None else OLS_BY_VARIANT,
+                n_clusters=int(ft[cluster_col].nunique()) if cluster_col is not None else None,
+                margin=SPECIFICITY_MARGIN.get(scale, math.nan) if margin is None else float(margin))
+    problems = _specificity_problems(ft["recognition"].to_numpy(float), is_rec, kind)
+    if problems:
+        return SpecificityResult(**base, ok=False, note=f"not enough {kind} (n={n}; recognition fine-tunes "
+                                 f"n={n_rec}, control fine-tunes n={n - n_rec}): " + "; ".join(problems))
+    formula = "preference ~ recognition + recognition_finetune"
+    if cluster_col is None:
+        res = _ols(ft, formula)
+        why = ON_ONE_LINE if _perfect_fit(float(res.ssr), ft["preference"].to_numpy(float)) else ""
+        fields = _specificity_fields(lambda c: _plain_contrast(res, c), list(res.params.index), why, base["margin"])
+    else:
+        cres = clustered_ols(ft, formula, ft[cluster_col])
+        why = too_few_clusters(ft[cluster_col], is_rec == 1, ("recognition fine-tune", "control fine-tune"))
+        fields = _specificity_fields(lambda c: cres.contrast(c, ALPHA), cres.names, why, base["margin"])
+    # One point of a kind is its own distance from the other kind's line: its CI is that line's scatter alone.
+    thin = [label for label, count in (("recognition", n_rec), ("control", n - n_rec)) if count == 1]
+    note = "; ".join(f"one {label} fine-tune {kind[:-1]}: the shift is its distance from the other kind's line, "
+                     "and its CI comes from that kind's scatter alone" for label in thin)
+    return SpecificityResult(**base, ok=True, note=note, **fields)
+
+
+def fit_specificities(
+    units: pd.DataFrame, points: pd.DataFrame, recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
+    margins: Optional[Mapping[str, float]] = None,
+) -> list[SpecificityResult]:
+    """The specificity test at the paper unit (OLS) and the source level (clustered by evaluator variant),
+    per setting × label and per transfer condition, both scales; ``margins`` per scale (SPECIFICITY_MARGIN)."""
+    margins = {**SPECIFICITY_MARGIN, **(margins or {})}
+    out: list[SpecificityResult] = []
+    for level, name, group, scale, data, cluster in _finetune_groups(units, points):
+        if data is None:
+            out.append(SpecificityResult(level, name, group, 0, 0, 0, ok=False,
+                                         note=f"not enough {_POINT_NAMES[level]} (n=0)"))
+            continue
+        out.append(fit_specificity(data, level=level, group_by=name, group=group, scale=scale,
+                                   recognition_tasks=recognition_tasks, cluster_col=cluster,
+                                   margin=margins.get(scale)))
     return out

@@ -38,6 +38,8 @@ class CellProblem:
     reason: str
     overrides: str = ""
     error: str = ""  # contents of cell.error.txt, if any
+    # The cell's coordinates (CELL_KEYS) where its summary.json gave them; a cell that never wrote one has none.
+    keys: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -52,8 +54,9 @@ class SweepData:
 
     @property
     def problems_df(self) -> pd.DataFrame:
-        cols = ["cell", "status", "reason", "overrides", "error", "path"]
-        return pd.DataFrame([asdict(p) for p in self.problems], columns=cols)
+        cols = ["cell", "status", "reason", "overrides", "error", "path", *CELL_KEYS]
+        rows = [{**{k: p.keys.get(k) for k in CELL_KEYS}, **asdict(p)} for p in self.problems]
+        return pd.DataFrame(rows, columns=cols)
 
 
 def num(value: Any) -> float:
@@ -326,7 +329,7 @@ CELL_COLUMNS: tuple[str, ...] = (
 )
 
 # Cell attributes copied onto every item row, for grouping and clustering.
-_ITEM_CELL_COLS = ("cell_id", "evaluator_variant", "is_finetuned") + CELL_KEYS
+_ITEM_CELL_COLS = ("cell_id", "evaluator_variant", "is_finetuned") + CELL_KEYS + ("own_summaries", "finetune_fingerprint")
 ITEM_COLUMNS = _ITEM_CELL_COLS + (
     "article_id",
     "rec_score",
@@ -341,6 +344,31 @@ ITEM_COLUMNS = _ITEM_CELL_COLS + (
     "fam_other",
     "fam_difference",
 )
+
+
+def _complete_summary(cell_dir: Path, error: str, problem: Any) -> Optional[dict[str, Any]]:
+    """The cell's summary.json if it is complete; otherwise None, with the reason given to ``problem``."""
+    summary_path = cell_dir / SUMMARY_FILE
+    if not summary_path.is_file():
+        if error:
+            problem(STATUS_FAILED, "failed: cell.error.txt present, no summary.json")
+        else:
+            problem(STATUS_INCOMPLETE, "no summary.json (the cell did not finish)")
+        return None
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        problem(STATUS_FAILED, f"unreadable summary.json: {exc}")
+        return None
+    if not isinstance(summary, dict):
+        problem(STATUS_FAILED, "summary.json is not a JSON object")
+        return None
+    status = summary.get("status")
+    if status != STATUS_COMPLETE:
+        kind = STATUS_FAILED if (error or status in ("failed", "error")) else STATUS_INCOMPLETE
+        problem(kind, f"summary.json status is {status!r}, not 'complete'")
+        return None
+    return summary
 
 
 def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
@@ -360,33 +388,17 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
             cell_id = label if rel == "." else f"{label}/{rel}"
             overrides = read_overrides(cell_dir)
             error = _read_error(cell_dir)
+            coords: dict[str, Any] = {}  # filled once summary.json is read
 
             def problem(status: str, reason: str) -> None:
-                problems.append(CellProblem(cell_id, str(cell_dir), status, reason, overrides, error))
+                problems.append(CellProblem(cell_id, str(cell_dir), status, reason, overrides, error, dict(coords)))
 
-            summary_path = cell_dir / SUMMARY_FILE
-            if not summary_path.is_file():
-                if error:
-                    problem(STATUS_FAILED, "failed: cell.error.txt present, no summary.json")
-                else:
-                    problem(STATUS_INCOMPLETE, "no summary.json (the cell did not finish)")
+            summary = _complete_summary(cell_dir, error, problem)
+            if summary is None:
                 continue
-            try:
-                summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                problem(STATUS_FAILED, f"unreadable summary.json: {exc}")
-                continue
-            if not isinstance(summary, dict):
-                problem(STATUS_FAILED, "summary.json is not a JSON object")
-                continue
-            status = summary.get("status")
-            if status != STATUS_COMPLETE:
-                kind = STATUS_FAILED if (error or status in ("failed", "error")) else STATUS_INCOMPLETE
-                problem(kind, f"summary.json status is {status!r}, not 'complete'")
-                continue
-
             row = _cell_row(summary, cell_id, cell_dir, label)
             row["overrides"] = overrides
+            coords.update({k: row[k] for k in CELL_KEYS})
             cell_rows.append(row)
             if math.isnan(row["rec_mean"]) or math.isnan(row["pref_mean"]):
                 missing = [m for m, k in (("recognition", "rec_mean"), ("preference", "pref_mean")) if math.isnan(row[k])]

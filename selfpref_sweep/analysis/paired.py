@@ -13,31 +13,64 @@ sources); the 95% CI from the same article-clustered bootstrap as the paper unit
 in-domain starts after its training articles, so it shares items with the base model only when the
 evaluation articles were placed past every fine-tune's training articles (`dataset.offset`); without shared
 items the row says so instead of comparing different articles.
+
+From the same bootstrap draws: each Δ's p-value, with Holm's adjustment across the arms of a family
+(``with_holm``: many arms read one by one would otherwise find "changes" by chance); Δpref/Δrec per arm where
+Δ recognition is distinguishable from 0; and ``dose_trend``, the recognition arms' Δ on log10 N.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .units import QUESTION_PREFIXES, SCALES, UNIT_KEYS, kept_items, key_frame, unit_mean_ci
+from .units import (
+    QUESTION_PREFIXES, SCALES, UNIT_KEYS, _unit_stat, complete_mean, incomplete_note, kept_items, key_frame,
+    unit_mean_ci,
+)
 
 _JOIN = ("source", "article_id")
 _GROUP = ("setting", "label", "dataset")
-_CARRIED = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "transfer")
-COLUMNS = [*UNIT_KEYS, *_CARRIED, "base_variant", "sources", "n_articles", "n_items", "note"] + [
-    f"d{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES for k in ("mean", "ci_low", "ci_high")]
+_CARRIED = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "own_summaries",
+            "finetune_fingerprint", "transfer")
+COLUMNS = [*UNIT_KEYS, *_CARRIED, "base_variant", "sources", "n_articles", "n_items", "note", "incomplete",
+           "incomplete_fields"] + [
+    f"d{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES for k in ("mean", "ci_low", "ci_high")] + [
+    f"d{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES for k in ("p", "p_holm")] + [
+    f"ratio_{s}{k}" for s in SCALES for k in ("", "_ci_low", "_ci_high", "_note")]
+# Holm's family: the arms of one base evaluator on one dataset, setting and label (so one transfer condition
+# per fine-tune dataset), one question and one scale: "did any of these fine-tunes move recognition?".
+HOLM_FAMILY = (*_GROUP, "transfer", "evaluator")
+_BATCH = 250  # units.unit_mean_ci's batch for scipy's bootstrap: the same batches give the same index draws
+NO_RATIO = "no ratio: Δ recognition's CI includes 0"
+NO_RATIO_NO_CI = "no ratio: Δ recognition has no CI"
 
 
-def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence: float = 0.95,
-                     seed: int = 0) -> pd.DataFrame:
-    """One row per fine-tuned paper unit: fine-tuned minus base on the items both judged (columns
-    ``d{rec,pref}_{paper,logodds}_{mean,ci_low,ci_high}``), or a note on why there is no comparison."""
-    if items.empty or not items["is_finetuned"].astype(bool).any():
-        return pd.DataFrame(columns=COLUMNS)
+def _lacking(both: pd.DataFrame, col: str) -> list[str]:
+    """The paired sources without any item that both models scored on this scale, and which model lacks the
+    values; [] when every source has some, or none has (a scale the sweep never recorded)."""
+    cols = {side: [f"{q}_{col}{sfx}" for q in QUESTION_PREFIXES] for side, sfx in (("fine-tuned", ""),
+                                                                                  ("base model", "_base"))}
+    has = {side: both[c].notna().all(axis=1) for side, c in cols.items()}
+    paired = has["fine-tuned"] & has["base model"]
+    present = set(both.loc[paired, "source"])
+    if not present:
+        return []
+    out = []
+    for source in sorted(set(both["source"]) - present):
+        at = both["source"] == source
+        sides = [side for side in cols if not has[side][at].any()]
+        out.append(f"source={source} ({' and '.join(sides) or 'no item scored by both'})")
+    return out
+
+
+def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], Optional[dict[tuple[str, str], pd.DataFrame]]]]:
+    """Per fine-tuned paper unit: its row (coordinates, sources, counts, note) and the item differences,
+    fine-tuned minus base, per (question, scale) as frames of source, article_id, v (None without a base)."""
     kept, _ = kept_items(items)
     kept = key_frame(kept, UNIT_KEYS)
     tuned = kept[kept["is_finetuned"].astype(bool)]
@@ -45,20 +78,20 @@ def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence
     # The base model's variant name is its evaluator's (no fine-tune, own summaries generated).
     base = base[base["evaluator_variant"] == base["evaluator"].astype(str)]
     values = [f"{q}_{col}" for col in SCALES.values() for q in QUESTION_PREFIXES]
-    rows: list[dict[str, Any]] = []
     for key, sub in tuned.groupby(list(UNIT_KEYS), sort=True):
         first = sub.iloc[0]
-        row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key)), **{k: first[k] for k in _CARRIED}}
+        row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key)), **{k: first.get(k) for k in _CARRIED}}
         row["base_variant"] = str(first["evaluator"])
         ref = base[(base["evaluator"] == first["evaluator"])
                    & np.logical_and.reduce([base[k] == first[k] for k in _GROUP])]
-        row["note"] = ""
+        row["note"], row["incomplete"], row["incomplete_fields"] = "", "", ""
         if ref.empty:
-            rows.append({**row, "sources": "", "n_articles": 0, "n_items": 0,
-                         "note": f"no base-model cells of {first['evaluator']} on this dataset, setting and label"})
+            yield {**row, "sources": "", "n_articles": 0, "n_items": 0,
+                   "note": f"no base-model cells of {first['evaluator']} on this dataset, setting and label"}, None
             continue
-        # One base value per (source, article); duplicates (pooled sweeps) are averaged first.
-        ref_means = ref.groupby(list(_JOIN))[values].mean()
+        # One base value per (source, article); duplicates (pooled sweeps) are averaged first, NaN unless all
+        # carry the value.
+        ref_means = complete_mean(ref, _JOIN, values)
         both = sub.join(ref_means, on=list(_JOIN), how="inner", rsuffix="_base")
         row["sources"] = ", ".join(sorted(both["source"].astype(str).unique()))
         row["n_articles"] = int(both["article_id"].nunique())
@@ -66,18 +99,74 @@ def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence
         if both.empty:
             row["note"] = ("no items in common with the base model (different evaluation articles: set "
                            "dataset.offset past every fine-tune's training articles to pair them)")
+        frames, missing = {}, {}
         for scale, col in SCALES.items():
+            missing[scale] = _lacking(both, col)
             for q in QUESTION_PREFIXES:
-                name = f"d{q}_{scale}"
                 diff = both[f"{q}_{col}"].astype(float) - both[f"{q}_{col}_base"].astype(float)
                 frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"], "v": diff})
-                frame = frame[np.isfinite(frame["v"])]
-                row[f"{name}_mean"] = (float(frame.groupby("source")["v"].mean().mean()) if len(frame)
-                                       else math.nan)
-                row[f"{name}_ci_low"], row[f"{name}_ci_high"] = unit_mean_ci(
-                    frame, "v", n_resamples=n_resamples, confidence=confidence, seed=seed)
+                # A scale that a paired source lacks gets no Δ: the mean over the other sources would be another
+                # comparison (Δ 0.524 where all sources gave 0.240).
+                frames[(q, scale)] = frame.iloc[:0] if missing[scale] else frame[np.isfinite(frame["v"])]
+        row["incomplete"], row["incomplete_fields"] = incomplete_note(missing)
+        yield row, frames
+
+
+def _unit_mean(frame: pd.DataFrame) -> float:
+    """The mean over sources of each source's mean difference (the paper unit's weighting)."""
+    return float(frame.groupby("source")["v"].mean().mean()) if len(frame) else math.nan
+
+
+def _arm_fields(frames: dict[tuple[str, str], pd.DataFrame], n_resamples: int, confidence: float,
+                seed: int) -> dict[str, Any]:
+    """Per scale: each question's mean difference, CI and bootstrap p-value, and Δpref/Δrec with its CI, all
+    from one article-clustered bootstrap (the CIs from units.unit_mean_ci, whose draws _article_draws repeats)."""
+    out: dict[str, Any] = {}
+    for scale in SCALES:
+        pair = [frames[(q, scale)] for q in QUESTION_PREFIXES]
+        draws = _article_draws(pair, n_resamples=n_resamples, seed=seed)
+        for k, q in enumerate(QUESTION_PREFIXES):
+            name = f"d{q}_{scale}"
+            out[f"{name}_mean"] = _unit_mean(pair[k])
+            out[f"{name}_ci_low"], out[f"{name}_ci_high"] = unit_mean_ci(
+                pair[k], "v", n_resamples=n_resamples, confidence=confidence, seed=seed)
+            out[f"{name}_p"] = bootstrap_p(draws[k])
+        out.update(_ratio_fields(out, draws, scale, confidence))
+    return out
+
+
+def _ratio_fields(arm: dict[str, Any], draws: np.ndarray, scale: str, confidence: float) -> dict[str, Any]:
+    """Δpreference / Δrecognition with a percentile CI from the same draws; only where Δ recognition's CI
+    excludes 0 (a ratio over a denominator that may be 0 is meaningless)."""
+    name = f"ratio_{scale}"
+    out = {name: math.nan, f"{name}_ci_low": math.nan, f"{name}_ci_high": math.nan, f"{name}_note": ""}
+    lo, hi = arm[f"drec_{scale}_ci_low"], arm[f"drec_{scale}_ci_high"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        out[f"{name}_note"] = NO_RATIO_NO_CI if math.isfinite(arm[f"drec_{scale}_mean"]) else ""
+        return out
+    if lo <= 0 <= hi:
+        out[f"{name}_note"] = NO_RATIO
+        return out
+    out[name] = arm[f"dpref_{scale}_mean"] / arm[f"drec_{scale}_mean"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = draws[1] / draws[0]
+    out[f"{name}_ci_low"], out[f"{name}_ci_high"] = _percentile_ci(ratios, confidence)
+    return out
+
+
+def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence: float = 0.95,
+                     seed: int = 0) -> pd.DataFrame:
+    """One row per fine-tuned paper unit: fine-tuned minus base on the items both judged (columns
+    ``d{rec,pref}_{paper,logodds}_{mean,ci_low,ci_high,p,p_holm}`` and ``ratio_{scale}[_ci_low,_ci_high,
+    _note]``), or a note on why there is no comparison."""
+    if items.empty or not items["is_finetuned"].astype(bool).any():
+        return pd.DataFrame(columns=COLUMNS)
+    rows: list[dict[str, Any]] = []
+    for row, frames in _pairs(items):
+        if frames is not None:
+            row.update(_arm_fields(frames, n_resamples, confidence, seed))
         rows.append(row)
-    out = pd.DataFrame(rows, columns=COLUMNS)
+    out = with_holm(pd.DataFrame(rows, columns=COLUMNS))
     # Readable order: per condition, the recognition arms by N (a dose-response reads down the rows), then each
     # control task's.
     out["_n"] = pd.to_numeric(out["finetune_n_articles"], errors="coerce")
@@ -85,3 +174,155 @@ def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence
     out = out.sort_values([*_GROUP, "transfer", "_control", "finetune_task", "_n", "evaluator_variant"],
                           kind="stable")
     return out.drop(columns=["_n", "_control"]).reset_index(drop=True)
+
+
+def _article_draws(frames: Sequence[pd.DataFrame], *, n_resamples: int, seed: int) -> np.ndarray:
+    """Bootstrap draws (frames × resamples) of each frame's unit mean (mean over sources of per-source means of
+    v), every frame on the same resampled articles. It repeats units.unit_mean_ci's draws (the same seed,
+    batches and index draws), so where the frames share their articles the percentiles are its CIs
+    (tests/test_specificity.py checks it); the draws then also give p-values, ratios and trends."""
+    ids = np.unique(np.concatenate([f["article_id"].to_numpy(str) for f in frames] or [np.array([], str)]))
+    if n_resamples <= 0 or ids.size < 2:  # one article: nothing to resample
+        return np.full((len(frames), 0), math.nan)
+    sources = np.unique(np.concatenate([f["source"].to_numpy(str) for f in frames]))
+    sums = np.zeros((len(frames), sources.size, ids.size))
+    counts = np.zeros_like(sums)
+    for k, f in enumerate(frames):
+        at = (np.searchsorted(sources, f["source"].to_numpy(str)), np.searchsorted(ids, f["article_id"].to_numpy(str)))
+        np.add.at(sums[k], at, f["v"].to_numpy(float))
+        np.add.at(counts[k], at, 1.0)
+    rng = np.random.default_rng(seed)
+    out = []
+    for start in range(0, n_resamples, _BATCH):
+        idx = rng.integers(0, ids.size, (min(_BATCH, n_resamples - start), ids.size))
+        out.append(np.stack([_unit_stat(sums[k][:, idx], counts[k][:, idx]) for k in range(len(frames))]))
+    return np.concatenate(out, axis=1)
+
+
+def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    d = draws[np.isfinite(draws)]
+    if d.size < 2:
+        return math.nan, math.nan
+    lo, hi = np.quantile(d, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(lo), float(hi)
+
+
+def bootstrap_p(draws: np.ndarray) -> float:
+    """Two-sided p-value of "the effect is 0" from bootstrap draws: twice the smaller share of draws on either
+    side of 0 (counting the observed sample once, so never 0). It is the dual of the percentile CI: the
+    95% CI excludes 0 about when p < 0.05. NaN without draws."""
+    d = draws[np.isfinite(draws)]
+    if d.size == 0:
+        return math.nan
+    below, above = (1 + np.sum(d <= 0)) / (d.size + 1), (1 + np.sum(d >= 0)) / (d.size + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def with_holm(diffs: pd.DataFrame, family: Sequence[str] = HOLM_FAMILY) -> pd.DataFrame:
+    """``d{q}_{scale}_p_holm``: Holm's adjustment of ``d{q}_{scale}_p`` within each family (the arms of one
+    evaluator on one dataset, setting and label; one question, one scale). It holds the chance of any false
+    "this fine-tune changed it" in the family at 5%, whatever the dependence between the arms."""
+    out = diffs.copy()
+    for scale in SCALES:
+        for q in QUESTION_PREFIXES:
+            col = f"d{q}_{scale}_p"
+            out[f"{col}_holm"] = math.nan
+            if out.empty:
+                continue
+            for _, sub in key_frame(out, family).groupby(list(family), sort=False):
+                p = sub[col].astype(float)
+                p = p[np.isfinite(p)]
+                if len(p):
+                    out.loc[p.index, f"{col}_holm"] = holm(p.to_numpy())
+    return out
+
+
+def holm(p: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values: the k-th smallest times (m - k + 1), made monotone, capped at 1.
+    The same numbers as statsmodels' multipletests(method="holm") (tests/test_specificity.py), which runs a
+    full gc.collect() on every call: seconds over a sweep's families, minutes over a simulation's."""
+    p = np.asarray(p, dtype=float)
+    order = np.argsort(p)
+    adjusted = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(p.size, 0, -1)))
+    out = np.empty_like(p)
+    out[order] = adjusted
+    return out
+
+
+@dataclass
+class TrendResult:
+    """The slope of the recognition arms' Δ (fine-tuned − base) on log10 N, for one question and scale. With one
+    fine-tune per N its CI covers the evaluation articles' sampling, not the training run's own randomness."""
+
+    setting: str
+    label: str
+    dataset: str
+    transfer: str
+    evaluator: str
+    finetune_dataset: str
+    scale: str
+    question: str  # "recognition" or "preference"
+    arms: str  # the arms' N, e.g. "2, 10, 50"
+    n_arms: int
+    ok: bool
+    slope: float = math.nan  # change in Δ per tenfold N
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    p: float = math.nan
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_QUESTION_NAMES = {"rec": "recognition", "pref": "preference"}
+
+
+def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recognition",), *,
+               n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> list[TrendResult]:
+    """Per evaluator × dataset × setting × label (and fine-tune dataset): the OLS slope of the recognition arms'
+    Δ recognition and Δ preference on log10 N (training articles), with a percentile CI and p-value from the
+    article bootstrap, every arm on the same resampled articles (they judged the same items, so their Δs are
+    correlated and must be resampled together). log N, not N: the doses are geometric (2, 10, 50), so each
+    weighs alike, where on N the largest would decide the slope alone; learning curves are about linear in
+    log N. The base model (N = 0) is not a point: its Δ is 0 by definition, and log 0 is undefined."""
+    if items.empty or not items["is_finetuned"].astype(bool).any():
+        return []
+    arms = [(row, frames) for row, frames in _pairs(items)
+            if frames is not None and row["finetune_task"] in set(recognition_tasks) and row["n_items"] > 0]
+    keys = (*_GROUP, "transfer", "evaluator", "finetune_dataset")
+    groups: dict[tuple, list] = {}
+    for row, frames in arms:
+        groups.setdefault(tuple(str(row[k]) for k in keys), []).append((row, frames))
+    out = []
+    for key, members in groups.items():
+        n = np.array([pd.to_numeric(r["finetune_n_articles"], errors="coerce") for r, _ in members], dtype=float)
+        members = [m for m, ok in zip(members, np.isfinite(n) & (n > 0)) if ok]
+        x = np.log10(n[np.isfinite(n) & (n > 0)])
+        for scale in SCALES:
+            for q in QUESTION_PREFIXES:
+                base = TrendResult(*key, scale=scale, question=_QUESTION_NAMES[q], n_arms=len(members),
+                                   arms=", ".join(f"{v:g}" for v in sorted(10 ** x)), ok=False)
+                out.append(_trend(base, x, [f[(q, scale)] for _, f in members], n_resamples, confidence, seed))
+    return out
+
+
+def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], n_resamples: int, confidence: float,
+           seed: int) -> TrendResult:
+    if np.unique(x).size < 2:
+        base.note = "a trend needs recognition arms at 2 or more N"
+        return base
+    xc = x - x.mean()
+    means = np.array([_unit_mean(f) for f in frames])
+    base.ok, base.slope = True, float(xc @ (means - means.mean()) / (xc @ xc))
+    draws = _article_draws(frames, n_resamples=n_resamples, seed=seed)
+    slopes = xc @ (draws - draws.mean(axis=0)) / (xc @ xc)
+    base.ci_low, base.ci_high = _percentile_ci(slopes, confidence)
+    base.p = bootstrap_p(slopes) if np.isfinite(base.ci_low) else math.nan
+    notes = []
+    if np.unique(x).size == 2:
+        notes.append("2 doses: the line passes through both")
+    if np.unique(x).size < x.size:
+        notes.append("several arms at one N (e.g. other hyperparameters), fitted together")
+    base.note = "; ".join(notes)
+    return base

@@ -17,15 +17,21 @@ from . import familiarity as F
 from . import tables as T
 from .fit import (
     GROUPINGS,
+    LEVEL_ITEM,
+    LEVEL_SOURCE,
+    LEVEL_UNIT,
     RECOGNITION_TASKS,
+    SPECIFICITY_MARGIN,
     FitResult,
     InteractionResult,
+    SpecificityResult,
     fit_interactions,
     fit_paper_units,
     fit_robustness,
+    fit_specificities,
 )
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
-from .paired import finetune_vs_base
+from .paired import TrendResult, dose_trend, finetune_vs_base
 from .units import paper_units, source_points
 from .plots import PlotFile, make_plots
 from .report import Section, write_report
@@ -63,6 +69,10 @@ class AnalysisResult:
     recognition_tasks: tuple[str, ...] = RECOGNITION_TASKS
     wandb_status: str = ""
     files: list[Path] = field(default_factory=list)
+    specificity: list[SpecificityResult] = field(default_factory=list)  # the shift at matched recognition
+    trends: list[TrendResult] = field(default_factory=list)  # the recognition arms' Δ over log10 N
+    specificity_margin: dict[str, float] = field(default_factory=lambda: dict(SPECIFICITY_MARGIN))
+    fam_units: pd.DataFrame = field(default_factory=pd.DataFrame)  # the likelihood recognizer per paper unit
 
     def headline_fits(self, scale: str = "paper") -> list[FitResult]:
         """The paper-unit fits per setting × label (all datasets) on one scale."""
@@ -94,7 +104,16 @@ class AnalysisResult:
         if problems:
             lines += ["", f"{len(problems)} failed/incomplete cell(s) (listed in the report):"]
             lines += [f"  {p.cell}: {p.reason}" + (f" [{p.overrides}]" if p.overrides else "") for p in problems]
+        incomplete = _incomplete_text(self)
+        if incomplete:
+            lines += ["", incomplete]
         return "\n".join(lines)
+
+
+def _incomplete_text(result: AnalysisResult) -> str:
+    """The warning naming every unit whose cells do not all carry a field ("" when there is none)."""
+    return T.incomplete_units_text({"paper unit": result.units, "fine-tuned vs base": result.diffs,
+                                    "likelihood recognizer, paper unit": result.fam_units})
 
 
 def _problem_counts(data: SweepData) -> dict[str, int]:
@@ -154,6 +173,8 @@ def _sections(result: AnalysisResult) -> list[Section]:
         if data.problems
         else "None: every cell directory has a complete summary.json and a readable results.jsonl."
     )
+    if _incomplete_text(result):
+        problems_text += "\n\n" + _incomplete_text(result)
     n_left_out = int(result.units["n_items_excluded"].sum()) if not result.units.empty else 0
     has_logodds = bool(result.units["rec_logodds_mean"].notna().any()) if not result.units.empty else False
     logodds_note = (
@@ -212,22 +233,8 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "variants its rows are marked descriptive only.",
             t["regression_robustness"],
         ),
-        Section(
-            "Recognition vs control fine-tunes: the interaction test",
-            "What it means: the paper's causal claim is that fine-tuning for self-recognition moves "
-            "self-preference along with recognition, while control fine-tunes (other tasks) do not. The "
-            "interaction is the difference between the two slopes; a CI above 0 supports the claim, a CI "
-            "around 0 says the slopes cannot be told apart.\n\n"
-            "How: OLS preference ~ recognition * recognition_finetune over fine-tuned points only, where "
-            f"recognition_finetune = 1 for finetune_task in {{{', '.join(result.recognition_tasks)}}} and 0 for "
-            "every other fine-tune task (a control). At the paper unit (plain OLS) and at the source level (CIs "
-            "clustered by evaluator variant: CR2 with Bell–McCaffrey degrees of freedom); per setting × label, and "
-            "per transfer condition (in-domain / cross-dataset) where both occur. recognition_finetune is the same "
-            "for every cell of a variant, so a clustered test needs at least 3 variants of each kind; with fewer "
-            "the row gives the estimates and says 'too few clusters for a clustered test' instead of a CI and "
-            "p-value.",
-            t["interaction"],
-        ),
+        _specificity_section(result),
+        _interaction_section(result),
         *([Section(
             "Fine-tuned vs base model on the same items",
             "What it means: what each fine-tune changed. Every fine-tuned evaluator is compared with its own base "
@@ -240,8 +247,9 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "both models), then the mean over sources; 95% CIs from the article-clustered bootstrap of the paper "
             "units. A fine-tune evaluated in-domain starts after its training articles, so it shares items with "
             "the base model only when the evaluation articles lie past every fine-tune's training articles "
-            "(dataset.offset); rows without shared items say so.",
-            t["finetune_vs_base"], [plots["finetune_vs_base"]] if "finetune_vs_base" in plots else [])]
+            "(dataset.offset); rows without shared items say so.\n\n" + _DIFF_TESTS_TEXT,
+            t["finetune_vs_base"], [plots["finetune_vs_base"]] if "finetune_vs_base" in plots else []),
+           *([_trend_section(result)] if result.trends else [])]
           if not result.diffs.empty else []),
         Section("Familiarity: a rival explanation", F.familiarity_note(data.cells, result.familiarity_fits),
                 t["familiarity"]),
@@ -291,8 +299,101 @@ def _sections(result: AnalysisResult) -> list[Section]:
     ]
 
 
-# The sections whose tables go into the W&B report (headline, robustness, interaction).
-_WANDB_SECTIONS = ("Headline", "Robustness", "Recognition vs control")
+def _specificity_section(result: AnalysisResult) -> Section:
+    m = result.specificity_margin
+    return Section(
+        "Specificity: does preference follow recognition, whatever moved it?",
+        "What it means: the paper's causal claim is that recognition drives preference, so that a fine-tune "
+        "which raises recognition raises preference with it. If recognition is all that moves preference, "
+        "every fine-tuned evaluator, whatever its task, lies on one common line of preference against "
+        "recognition. This test fits that line and asks whether the recognition fine-tunes sit off it: the "
+        "shift in preference at matched recognition (recognition fine-tunes minus control fine-tunes, at the "
+        "same recognition). What each outcome would mean:\n\n"
+        "A shift of about 0, shown equivalent to 0 within the margin: one common line. Preference follows "
+        "recognition whatever moved it. That is what recognition driving preference predicts, and it is "
+        "equally what one cause behind both predicts (e.g. a feature of the text a fine-tune taught the judge "
+        "to pick, which both questions then follow); this test cannot tell those apart.\n\n"
+        "A positive shift (CI above 0): recognition fine-tunes raise preference beyond what their recognition "
+        "predicts; training on recognition moves preference by some route other than recognition itself. A "
+        "negative shift (CI below 0): recognition fine-tunes raise preference less than their recognition "
+        "predicts. A CI around 0 that is not shown equivalent is inconclusive: these points cannot tell a "
+        "shift of the margin's size from none.\n\n"
+        "How: OLS preference ~ recognition + recognition_finetune (one common slope) over fine-tuned points, "
+        f"recognition_finetune = 1 for finetune_task in {{{', '.join(result.recognition_tasks)}}}; at the paper "
+        "unit (plain OLS, t intervals) and at the source level (CIs clustered by evaluator variant: CR2 with "
+        "Bell–McCaffrey degrees of freedom; with fewer than 3 variants of either kind the row gives the "
+        "estimates and says 'too few clusters for a clustered test'); per setting × label and per transfer "
+        "condition. Base models are left out: they are not fine-tuned, so an effect of fine-tuning as such "
+        "(any task) would otherwise be read as the recognition fine-tunes' own shift. The equivalence test is "
+        "TOST (two one-sided t tests with the fit's degrees of freedom) of |shift| < margin; its p below 0.05 "
+        f"means the shift's 90% CI lies inside ±margin. Margins (analysis.specificity_margin): "
+        f"{m.get('paper', float('nan')):g} on the paper's scale (preference 0.50 → 0.55), "
+        f"{m.get('logodds', float('nan')):g} on the log-odds scale (logit 0.55 ≈ 0.2, the same shift for a judge "
+        "without position bias). A margin wider than the fine-tunes' own effects makes equivalence easy and "
+        "says little: compare it with the Δs below.",
+        result.tables["specificity"],
+    )
+
+
+def _interaction_section(result: AnalysisResult) -> Section:
+    return Section(
+        "Recognition vs control fine-tunes: the interaction test",
+        "What it means: whether recognition fine-tunes and control fine-tunes share one slope of preference on "
+        "recognition. It is not the causal test: if recognition drives preference, whatever moved it, every "
+        "fine-tune lies on one common line and the interaction is 0. A non-zero interaction says the two kinds "
+        "do not lie on one line (their slopes differ), which the specificity test above asks at matched "
+        "recognition. A CI around 0 alone does not show the slopes equal; only an equivalence test could.\n\n"
+        "How: OLS preference ~ recognition * recognition_finetune over fine-tuned points only, where "
+        f"recognition_finetune = 1 for finetune_task in {{{', '.join(result.recognition_tasks)}}} and 0 for "
+        "every other fine-tune task (a control). At the paper unit (plain OLS) and at the source level (CIs "
+        "clustered by evaluator variant: CR2 with Bell–McCaffrey degrees of freedom); per setting × label, and "
+        "per transfer condition (in-domain / cross-dataset) where both occur. recognition_finetune is the same "
+        "for every cell of a variant, so a clustered test needs at least 3 variants of each kind; with fewer "
+        "the row gives the estimates and says 'too few clusters for a clustered test' instead of a CI and "
+        "p-value.",
+        result.tables["interaction"],
+    )
+
+
+_DIFF_TESTS_TEXT = (
+    "p-values: from the same bootstrap draws, twice the share of draws on the far side of 0 (the dual of the "
+    "percentile CI; with 2000 draws none is below about 0.001). Holm p: Holm's adjustment within a family, "
+    "which keeps the chance of any false 'this fine-tune changed it' in the family at 5%. A family is every "
+    "arm of one base evaluator on one dataset, setting and label (so one transfer condition per fine-tune "
+    "dataset), for one question on one scale: the Δ recognition family and the Δ preference family are "
+    "adjusted separately. Read an arm's change one by one against the Holm p, not the raw one. Δ preference / "
+    "Δ recognition: how much preference moved per unit of recognition, with a percentile CI from the same "
+    "draws; 1 on the log-odds scale is the same change in both. It is given only where Δ recognition's CI "
+    "excludes 0: over a denominator that may be 0 a ratio means nothing."
+)
+
+
+def _trend_section(result: AnalysisResult) -> Section:
+    return Section(
+        "Dose-response: the recognition arms' change over N",
+        "What it means: whether training on more articles moves recognition (and preference) further. The "
+        "slope of each recognition arm's Δ (fine-tuned − base) on log10 N, the number of training articles: "
+        "the change per tenfold N. log N, not N: the doses are geometric (2, 10, 50), so each weighs alike, "
+        "where on N the largest dose would decide the slope alone. The base model is not a point (its Δ is 0 "
+        "by definition; log 0 is undefined): whether any arm moved at all is the per-arm test above.\n\n"
+        "How: OLS slope of the arms' Δ on log10 N; its 95% CI and p from the article-clustered bootstrap, "
+        "every arm on the same resampled articles (they judged the same items, so their Δs are correlated). "
+        "With one fine-tune per N the interval covers the evaluation articles only, not the randomness of "
+        "training itself; with 2 doses the line passes through both.",
+        result.tables["dose_trend"], level=3,
+    )
+
+
+# The sections whose tables go into the W&B report (headline, robustness, specificity, interaction).
+_WANDB_SECTIONS = ("Headline", "Robustness", "Specificity", "Recognition vs control")
+
+
+# The level of every row of a data file (or regressions.json section) whose rows do not say it themselves.
+_FIXED_KEYS: dict[str, dict[str, str]] = {
+    "paper_units.csv": {"level": LEVEL_UNIT}, "finetune_vs_base.csv": {"level": LEVEL_UNIT},
+    "dose_trend.csv": {"level": LEVEL_UNIT}, "dose_trend": {"level": LEVEL_UNIT},
+    "cells.csv": {"level": LEVEL_SOURCE}, "familiarity.csv": {"level": LEVEL_ITEM}, "familiarity": {"level": LEVEL_ITEM},
+}
 
 
 def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
@@ -302,23 +403,31 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "regression_units.csv": T.fits_frame(result.unit_fits),
         "regression_robustness.csv": T.fits_frame(result.robustness_fits),
         "interaction.csv": T.interactions_frame(result.interactions),
+        "specificity.csv": T.specificity_frame(result.specificity),
+        "dose_trend.csv": T.trends_frame(result.trends),
         "familiarity.csv": F.fits_frame(result.familiarity_fits),
         "paper_units.csv": result.units,
         "finetune_vs_base.csv": result.diffs,
         "cells.csv": T.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
     }
+    # Machine keys beside the display labels (tables.MACHINE_KEYS); a row's level where its file fixes it.
+    groups = T.group_keys(result.units, result.points, result.data.items)
     for name, df in frames.items():
         path = analysis_dir / name
-        df.to_csv(path, index=False)
+        T.with_machine_keys(df, groups, **_FIXED_KEYS.get(name, {})).to_csv(path, index=False)
         files.append(path)
     payload = {
         "paper_unit": [f.to_dict() for f in result.unit_fits],
         "robustness": [f.to_dict() for f in result.robustness_fits],
         "interaction": [r.to_dict() for r in result.interactions],
+        "specificity": [r.to_dict() for r in result.specificity],
+        "dose_trend": [t.to_dict() for t in result.trends],
         "familiarity": [f.to_dict() for f in result.familiarity_fits],
         "problems": result.data.problems_df.to_dict(orient="records"),
     }
+    payload = {section: [T.keyed_record(r, groups, **_FIXED_KEYS.get(section, {})) for r in records]
+               for section, records in payload.items()}
     path = analysis_dir / "regressions.json"
     # NaN is not JSON: write null.
     path.write_text(json.dumps(_nan_to_none(payload), indent=2), encoding="utf-8")
@@ -361,12 +470,15 @@ def run_analysis(
     out_dir: Optional[str | Path] = None,
     wandb_cfg: Optional[Mapping[str, Any]] = None,
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
+    specificity_margin: Optional[Mapping[str, float]] = None,
 ) -> AnalysisResult:
     """Analyse the cells of ``sweep_dirs`` (pooled) and write the report.
 
     The report goes to ``out_dir`` (default: the first sweep dir): report.md and report.html there,
     PNGs, CSVs and regressions.json in its ``analysis/`` subfolder. W&B failures do not lose the
     report: they are recorded in ``analysis/wandb_error.txt`` and in ``wandb_status``.
+    ``specificity_margin``: the specificity test's equivalence margin per scale (config
+    analysis.specificity_margin; default fit.SPECIFICITY_MARGIN).
     """
     dirs = [Path(d) for d in sweep_dirs]
     if not dirs:
@@ -387,7 +499,11 @@ def run_analysis(
     unit_fits = fit_paper_units(units)
     robustness_fits = fit_robustness(points, data.items)
     interactions = fit_interactions(units, points, recognition_tasks)
+    margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
+    specificity = fit_specificities(units, points, recognition_tasks, margins)
+    trends = dose_trend(data.items, recognition_tasks, seed=0)
     familiarity_fits = F.fit_familiarity(data.items)
+    fam_units = F.likelihood_units(data.items)
     tables = {
         "problems": T.problems_table(data.problems_df),
         "regression_units": T.regression_table(unit_fits),
@@ -395,8 +511,10 @@ def run_analysis(
         "finetune_vs_base": T.finetune_vs_base_table(diffs),
         "regression_robustness": T.regression_table(robustness_fits),
         "interaction": T.interaction_table(interactions),
+        "specificity": T.specificity_table(specificity),
+        "dose_trend": T.trend_table(trends),
         "familiarity": F.fits_table(familiarity_fits),
-        "familiarity_units": F.likelihood_units_table(F.likelihood_units(data.items)),
+        "familiarity_units": F.likelihood_units_table(fam_units),
         "familiarity_cells": F.likelihood_cells_table(data.cells),
         "quality": T.quality_table(data.cells),
         "recognition_matrix": T.evaluator_source_table(data.cells, "rec"),
@@ -413,6 +531,7 @@ def run_analysis(
         diffs=diffs,
         points=points, unit_fits=unit_fits, robustness_fits=robustness_fits, interactions=interactions,
         familiarity_fits=familiarity_fits, tables=tables, plots=plots, recognition_tasks=tuple(recognition_tasks),
+        specificity=specificity, trends=trends, specificity_margin=margins, fam_units=fam_units,
     )
     result.files = _write_data_files(result, analysis_dir)
 
@@ -425,6 +544,8 @@ def run_analysis(
     ]
     if not T.failed_judges(data.cells).empty:
         meta.append(_judge_text(data.cells))
+    if _incomplete_text(result):
+        meta.append(_incomplete_text(result))
     # The item viewer and the W&B panel specification (published later when offline).
     items_html = write_items_html(dirs, out)
     meta.append(f"Items behind every number: {ITEMS_HTML}")
@@ -434,7 +555,8 @@ def run_analysis(
             resolve_wandb_cfg(wandb_cfg, Path(dirs[0])), cell_paths=list(data.cells["path"]) if not data.cells.empty else [],
             regression_markdown={s.title: T.to_markdown(s.table) for s in _sections(result)
                                  if s.title.startswith(_WANDB_SECTIONS) and s.table is not None},
-            analysis_tables=["tables/regression_units", "tables/regression_robustness", "tables/interaction"],
+            analysis_tables=["tables/regression_units", "tables/regression_robustness", "tables/specificity",
+                             "tables/interaction"],
             plots=[f"plots/{p.path.stem}" for p in plots])
         write_spec(out, panels_spec)
         meta.append(f"W&B comparison panels (publish with `publish-wandb`): {SPEC_FILE}")
@@ -452,7 +574,7 @@ def run_analysis(
             plots=plots,
             summary=_wandb_summary(result),
             config={"sweep_dirs": [str(d) for d in dirs], "out_dir": str(out),
-                    "recognition_tasks": list(recognition_tasks)},
+                    "recognition_tasks": list(recognition_tasks), "specificity_margin": margins},
             report_files=[panels_file, *result.files],
             panels_spec=panels_spec,
         )

@@ -15,7 +15,12 @@ import pandas as pd
 from scipy import stats
 from statsmodels.stats.proportion import proportion_confint
 
-from .fit import ALPHA, FitResult, InteractionResult
+from .fit import (
+    ALPHA, BY_CONDITION, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
+    InteractionResult, SpecificityResult, condition_groups,
+)
+from .paired import TrendResult
+from .units import VARIANT_KEYS
 
 DASH = "—"  # shown for a number that does not exist (null metric, unfitted group)
 
@@ -91,10 +96,14 @@ def fmt_int(x: Any) -> str:
 
 
 def _mean_ci(values: pd.Series) -> str:
-    """Mean across cells with a t interval (cells as the unit); '—' interval below 2 cells."""
-    v = values.dropna().to_numpy(dtype=float)
-    if v.size == 0:
+    """Mean across cells with a t interval (cells as the unit); '—' interval below 2 cells. Cells without a
+    value are never skipped: the mean over the others would describe other cells than the row names."""
+    v = values.to_numpy(dtype=float)
+    n_missing = int(np.isnan(v).sum())
+    if n_missing == v.size:
         return DASH
+    if n_missing:
+        return f"{DASH} (missing in {n_missing} of {v.size} cells)"
     if v.size < 2:
         return f"{v.mean():.3f}"
     half = stats.t.ppf(1 - ALPHA / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
@@ -177,6 +186,48 @@ def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame([r.to_dict() for r in results])
 
 
+def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
+    """The shift in preference at matched recognition, its equivalence test and what the outcome says."""
+    rows = []
+    for r in results:
+        words = _POINT_WORDS.get(r.level, "points")
+        rows.append({
+            "level": r.level,
+            "method": r.method,
+            "grouping": r.group_by,
+            "group": r.group,
+            "scale": SCALE_NAMES.get(r.scale, r.scale),
+            "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
+            + ("" if r.n_clusters is None else f", {r.n_clusters} variants"),
+            "shift in preference at matched recognition": fmt(r.shift),
+            "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
+            "p (shift = 0)": fmt_p(r.p, why=r.no_interval),
+            "margin": fmt(r.margin),
+            "equivalence p (TOST: |shift| < margin)": fmt_p(r.equivalence_p, why=r.no_interval),
+            "common slope [95% CI]": _est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
+            "reading": r.verdict or DASH,
+            "note": r.note,
+        })
+    return pd.DataFrame(rows)
+
+
+def specificity_frame(results: Sequence[SpecificityResult]) -> pd.DataFrame:
+    return pd.DataFrame([r.to_dict() for r in results])
+
+
+def trend_table(trends: Sequence[TrendResult]) -> pd.DataFrame:
+    """The recognition arms' Δ on log10 N: change per tenfold N, 95% CI and p."""
+    cols = ["setting", "label", "dataset", "transfer", "evaluator", "scale", "Δ of", "arms (N)",
+            "slope per tenfold N [95% CI]", "p", "note"]
+    return pd.DataFrame([dict(zip(cols, [
+        t.setting, t.label, t.dataset, t.transfer, t.evaluator, SCALE_NAMES.get(t.scale, t.scale), t.question,
+        t.arms or DASH, _est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note])) for t in trends], columns=cols)
+
+
+def trends_frame(trends: Sequence[TrendResult]) -> pd.DataFrame:
+    return pd.DataFrame([t.to_dict() for t in trends])
+
+
 def _table(frame: pd.DataFrame, cols: Sequence[str], row: Any) -> pd.DataFrame:
     """A display table with one row per row of ``frame``: ``row(series)`` gives the values of ``cols``."""
     return pd.DataFrame([dict(zip(cols, row(r))) for _, r in frame.iterrows()], columns=list(cols))
@@ -197,15 +248,29 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
 
 
 def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
-    """Fine-tuned minus base on the same items, both scales with CIs (analysis/paired.py)."""
-    cols = ["setting", "label", "dataset", "fine-tuned evaluator", "transfer", "sources", "n articles", "n items",
-            "Δ recognition [95% CI]", "Δ preference [95% CI]", "Δ recognition, log-odds [95% CI]",
-            "Δ preference, log-odds [95% CI]", "note"]
+    """Fine-tuned minus base on the same items, both scales: each Δ with its CI, its bootstrap p and Holm's p
+    (analysis/paired.py), and Δ preference / Δ recognition where Δ recognition is distinguishable from 0."""
+    cols = ["setting", "label", "dataset", "fine-tuned evaluator", "transfer", "sources", "n articles", "n items"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        cols += [f"Δ recognition{scale} [95% CI]", f"Δ recognition{scale}: p (Holm p)",
+                 f"Δ preference{scale} [95% CI]", f"Δ preference{scale}: p (Holm p)",
+                 f"Δ preference / Δ recognition{scale} [95% CI]"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        out = []
+        for q in ("rec", "pref"):
+            out += [_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES),
+                    f"{fmt_p(d.get(f'd{q}_{s}_p'))} ({fmt_p(d.get(f'd{q}_{s}_p_holm'))})"
+                    if fmt_p(d.get(f"d{q}_{s}_p")) != DASH else DASH]
+        ratio = _est_ci(d.get(f"ratio_{s}"), d.get(f"ratio_{s}_ci_low"), d.get(f"ratio_{s}_ci_high"))
+        note = d.get(f"ratio_{s}_note")
+        return out + [ratio if ratio != DASH else (note if isinstance(note, str) and note else DASH)]
+
     return _table(diffs, cols, lambda d: [
         d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
-        fmt_int(d["n_articles"]), fmt_int(d["n_items"]),
-        *(_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES)
-          for s in ("paper", "logodds") for q in ("rec", "pref")),
+        fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
     ])
 
@@ -368,7 +433,9 @@ def finetune_table(cells: pd.DataFrame) -> pd.DataFrame:
                 "evaluators": ", ".join(sorted(sub["evaluator"].astype(str).unique())),
                 "recognition (mean of cells [95% CI])": _mean_ci(sub["rec_mean"]),
                 "preference (mean of cells [95% CI])": _mean_ci(sub["pref_mean"]),
-                "position consistency (rec / pref)": f"{fmt(sub['pc_recognition'].mean())} / {fmt(sub['pc_preference'].mean())}",
+                # skipna=False: a cell without the value makes the mean "—", not the mean of the others.
+                "position consistency (rec / pref)": f"{fmt(sub['pc_recognition'].mean(skipna=False))} / "
+                                                     f"{fmt(sub['pc_preference'].mean(skipna=False))}",
             }
         )
         rows.append(row)
@@ -418,6 +485,70 @@ def to_text(df: pd.DataFrame, columns: Optional[Iterable[str]] = None) -> str:
     if view.empty:
         return "(none)"
     return view.to_string(index=False)
+
+
+# --- machine keys ---------------------------------------------------------------------------------
+
+# Beside every display label ("pairwise / none / in_domain", an evaluator variant's name) the CSVs and
+# regressions.json carry these plain values, None where one does not apply (a fit's group has no evaluator; a
+# paper unit has no single source and both scales as columns), so a program never parses a display string.
+GROUP_KEYS = ("setting", "label", "dataset", "transfer")
+MACHINE_KEYS = ("level", "method_key", "scale", *GROUP_KEYS, *VARIANT_KEYS, "source")
+METHOD_KEYS = {OLS_PLAIN: "ols", OLS_BY_VARIANT: "ols_clustered_by_variant", MIXED_BY_VARIANT: "mixedlm_by_variant",
+               OLS_ITEM: "ols_variant_effects_clustered_by_article"}
+
+
+def group_keys(*frames: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
+    """(grouping, group label) -> the group's GROUP_KEYS, for every group the fits make of these frames
+    (condition_groups, within dataset and within transfer); a key the grouping does not split by is None."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for frame in frames:
+        for within in ("dataset", "transfer"):
+            if frame.empty or within not in frame:
+                continue
+            for name, label, sub in condition_groups(frame, within=within):
+                first = sub.iloc[0]
+                by = (*BY_CONDITION, within) if name != GROUPINGS[0][0] else BY_CONDITION
+                out[(name, label)] = {k: (first[k] if k in by else None) for k in GROUP_KEYS}
+    return out
+
+
+def keyed_record(record: dict[str, Any], groups: dict[tuple[str, str], dict[str, Any]],
+                 **fixed: Any) -> dict[str, Any]:
+    """``record`` with every MACHINE_KEYS key added where absent: a fit's group keys from ``groups`` (see
+    group_keys), its method's key, else ``fixed`` (e.g. level) or None. Existing values are kept."""
+    out = dict(record)
+    found = groups.get((record.get("group_by"), record.get("group")), {})
+    for key in GROUP_KEYS:
+        out.setdefault(key, found.get(key, fixed.get(key)))
+    if "method" in record:
+        out.setdefault("method_key", METHOD_KEYS.get(record["method"]))
+    for key in MACHINE_KEYS:
+        out.setdefault(key, fixed.get(key))
+    return out
+
+
+def with_machine_keys(df: pd.DataFrame, groups: dict[tuple[str, str], dict[str, Any]], **fixed: Any) -> pd.DataFrame:
+    """keyed_record for every row of a frame; the key columns follow the frame's own."""
+    cols = [*df.columns, *(k for k in MACHINE_KEYS if k not in df.columns)]
+    return pd.DataFrame([keyed_record(r, groups, **fixed) for r in df.to_dict(orient="records")], columns=cols)
+
+
+def incomplete_units_text(frames: dict[str, pd.DataFrame]) -> str:
+    """The warning that lists every unit (of each named frame: paper units, fine-tuned-vs-base rows, ...)
+    whose cells do not all carry a field: its value there is left out (—), never averaged over the other
+    sources. "" if none."""
+    lines = []
+    for what, frame in frames.items():
+        if frame.empty or "incomplete" not in frame:
+            continue
+        for r in frame[frame["incomplete"].fillna("").astype(str) != ""].itertuples():
+            lines.append(f"{what} {r.evaluator_variant} on {r.dataset} ({r.setting}, label {r.label}): "
+                         f"{r.incomplete}")
+    if not lines:
+        return ""
+    return (f"{len(lines)} unit(s) whose cells do not all carry a field: that field is left out (—) for the unit, "
+            "not averaged over the other sources: " + "; ".join(lines) + ".")
 
 
 def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:

@@ -9,6 +9,10 @@ Both means of a point come from the same items: an item excluded in either quest
 and counted. The paper unit's CIs come from an article-clustered bootstrap: whole articles are resampled
 (the same draw for every source of the unit, and for recognition and preference), so the items one
 article contributes across sources stay together.
+
+A unit is whole or has no value: where its cells do not all carry a scale (one cell without log-odds, or
+without any item kept), that scale is NaN for the unit and ``incomplete`` names the cells, never the mean over
+the other sources.
 """
 
 from __future__ import annotations
@@ -23,8 +27,11 @@ from scipy import stats
 
 # The unit's coordinates; setting and label come first because nothing is ever pooled across them.
 UNIT_KEYS: tuple[str, ...] = ("setting", "label", "dataset", "evaluator_variant")
-# Cell attributes that are constant within a unit (the variant fixes them), carried onto the unit's row.
-_VARIANT_ATTRS = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "transfer", "is_finetuned")
+# Cell attributes that are constant within a unit (the variant fixes them), carried onto the unit's row: with
+# the unit keys they name the variant in plain values (evaluator_variant is a display name).
+VARIANT_KEYS = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "own_summaries",
+                "finetune_fingerprint")
+_VARIANT_ATTRS = (*VARIANT_KEYS, "transfer", "is_finetuned")
 # The two scales: the paper's (the headline) and the position-debiased log-odds score.
 SCALES: dict[str, str] = {"paper": "score", "logodds": "logodds"}
 QUESTION_PREFIXES = ("rec", "pref")
@@ -40,6 +47,13 @@ def kept_items(items: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
     )
     dropped = (~both).groupby(items["cell_id"]).sum().astype(int)
     return items[both].copy(), dropped
+
+
+def complete_mean(frame: pd.DataFrame, by: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """Group means of ``cols``, NaN for a group where any row lacks the value: pandas' mean skips NaN, which
+    would average the rest silently (a unit mean over part of its sources)."""
+    grouped = frame.groupby(list(by), sort=True)[list(cols)]
+    return grouped.mean().where(grouped.count().eq(grouped.size(), axis=0))
 
 
 def key_frame(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
@@ -61,7 +75,7 @@ def source_points(items: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for cell_id, attrs in first.iterrows():
         sub = kept_by_cell.get(cell_id, kept.iloc[:0])
-        row = {"cell_id": cell_id, **{k: attrs[k] for k in (*UNIT_KEYS, "source", *_VARIANT_ATTRS)}}
+        row = {"cell_id": cell_id, **{k: attrs.get(k) for k in (*UNIT_KEYS, "source", *_VARIANT_ATTRS)}}
         row["n_items"] = int(len(sub))
         row["n_items_excluded"] = int(dropped.get(cell_id, 0))
         for scale, col in SCALES.items():
@@ -114,14 +128,17 @@ def unit_mean_ci(
 
 def unit_means(kept: pd.DataFrame) -> pd.DataFrame:
     """Per unit (UNIT_KEYS), on each scale: the mean over sources of each source's mean over the kept items
-    (items with both questions present on that scale). Columns ``{rec,pref}_{scale}_mean``."""
+    (items with both questions present on that scale). Columns ``{rec,pref}_{scale}_mean``; NaN where a
+    source of the unit has no value on that scale (see paper_units for the cells without any kept item)."""
     keys = [*UNIT_KEYS, "source"]
     out = []
     for scale, col in SCALES.items():
-        rec, pref = kept[f"rec_{col}"], kept[f"pref_{col}"]
-        both = rec.notna() & pref.notna()
-        per_source = kept[both].groupby(keys, sort=True)[[f"rec_{col}", f"pref_{col}"]].mean()
-        per_unit = per_source.groupby(list(UNIT_KEYS), sort=True).mean()
+        cols = [f"rec_{col}", f"pref_{col}"]
+        both = kept[cols[0]].notna() & kept[cols[1]].notna()
+        # Within a source the item mean is over its items with both values (the same items for both
+        # questions); a source without any stays in, as NaN, so that the unit is not averaged over the rest.
+        per_source = kept.assign(**{c: kept[c].where(both) for c in cols}).groupby(keys, sort=True)[cols].mean()
+        per_unit = complete_mean(per_source.reset_index(), UNIT_KEYS, cols)
         out.append(per_unit.rename(columns={f"rec_{col}": f"rec_{scale}_mean", f"pref_{col}": f"pref_{scale}_mean"}))
     return pd.concat(out, axis=1)
 
@@ -137,6 +154,45 @@ def _competence_status(cells: pd.DataFrame) -> str:
     return "failed" if not all(verdicts) else "passed"
 
 
+def missing_in(all_sub: pd.DataFrame, has_value: pd.Series) -> list[str]:
+    """The cells of ``all_sub`` (all items of one unit) with no row where ``has_value`` holds, as
+    "source=X (cell Y)"; [] when every cell has one, or when none has (a field the sweep never recorded, as the
+    log-odds of an older sweep, is absent, not incomplete)."""
+    cells = all_sub.drop_duplicates("cell_id")
+    present = set(all_sub.loc[has_value.reindex(all_sub.index, fill_value=False), "cell_id"])
+    if not present:
+        return []
+    return [f"source={c.source} (cell {c.cell_id})" for c in cells.itertuples() if c.cell_id not in present]
+
+
+def incomplete_note(missing: dict[str, list[str]]) -> tuple[str, str]:
+    """(``incomplete``, ``incomplete_fields``) of a row: "logodds: missing in source=X (cell Y)" per field
+    (joined by "; "), and the fields' names (joined by ", "); both "" when nothing is missing."""
+    fields = [f for f, where in missing.items() if where]
+    return "; ".join(f"{f}: missing in {', '.join(missing[f])}" for f in fields), ", ".join(fields)
+
+
+def _scale_fields(sub: pd.DataFrame, all_sub: pd.DataFrame, mean: dict[str, float], scale: str, *,
+                  n_resamples: int, confidence: float, seed: int) -> tuple[dict[str, float], list[str]]:
+    """A unit's means and CIs on one scale, and the cells that lack it. A unit whose cells do not all carry
+    the scale gets NaN there (never the mean over the other sources), and the cells are named."""
+    col = SCALES[scale]
+    has = sub[f"rec_{col}"].notna() & sub[f"pref_{col}"].notna()
+    # Checked per cell over all the unit's items: a cell whose items were all excluded lacks it too.
+    missing = missing_in(all_sub, has)
+    out: dict[str, float] = {}
+    for q in QUESTION_PREFIXES:
+        name = f"{q}_{scale}"
+        if missing:
+            out.update({f"{name}_mean": math.nan, f"{name}_ci_low": math.nan, f"{name}_ci_high": math.nan})
+            continue
+        out[f"{name}_mean"] = mean.get(f"{name}_mean", math.nan)
+        # The same seed for both questions: the same article draws, so the two CIs are paired.
+        out[f"{name}_ci_low"], out[f"{name}_ci_high"] = unit_mean_ci(
+            sub[has], f"{q}_{col}", n_resamples=n_resamples, confidence=confidence, seed=seed)
+    return out, missing
+
+
 def paper_units(
     items: pd.DataFrame, cells: pd.DataFrame | None = None, *, n_resamples: int = 2000,
     confidence: float = 0.95, seed: int = 0,
@@ -144,10 +200,12 @@ def paper_units(
     """One row per evaluator variant × dataset × setting × label: recognition and preference averaged over
     sources on the items kept in both questions, on both scales, with article-clustered bootstrap CIs.
 
-    ``n_resamples=0`` skips the bootstrap (the simulator's power curve needs the means only).
+    A unit whose cells do not all carry a scale gets NaN on it, and ``incomplete`` says which cells lack it
+    (``incomplete_fields``: the scales). ``n_resamples=0`` skips the bootstrap (the simulator's power curve
+    needs the means only).
     """
     cols = [*UNIT_KEYS, *_VARIANT_ATTRS, "sources", "n_sources", "n_cells", "n_articles", "n_items",
-            "n_items_excluded", "judge_competence"]
+            "n_items_excluded", "judge_competence", "incomplete", "incomplete_fields"]
     cols += [f"{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES for k in ("mean", "ci_low", "ci_high")]
     if items.empty:
         return pd.DataFrame(columns=cols)
@@ -161,7 +219,7 @@ def paper_units(
         cell_ids = sorted(all_sub["cell_id"].unique())
         first = all_sub.iloc[0]
         row: dict[str, Any] = dict(zip(UNIT_KEYS, key))
-        row.update({k: first[k] for k in _VARIANT_ATTRS})
+        row.update({k: first.get(k) for k in _VARIANT_ATTRS})
         row["sources"] = ", ".join(sorted(all_sub["source"].astype(str).unique()))
         row["n_sources"] = int(sub["source"].nunique())
         row["n_cells"] = len(cell_ids)
@@ -171,12 +229,12 @@ def paper_units(
         row["judge_competence"] = (
             _competence_status(cells[cells["cell_id"].isin(cell_ids)]) if cells is not None and not cells.empty else ""
         )
-        for scale, col in SCALES.items():
-            both = sub[sub[f"rec_{col}"].notna() & sub[f"pref_{col}"].notna()]
-            for q in QUESTION_PREFIXES:
-                row[f"{q}_{scale}_mean"] = float(means[f"{q}_{scale}_mean"].get(key, math.nan)) if key in means.index else math.nan
-                # The same seed for both questions: the same article draws, so the two CIs are paired.
-                row[f"{q}_{scale}_ci_low"], row[f"{q}_{scale}_ci_high"] = unit_mean_ci(
-                    both, f"{q}_{col}", n_resamples=n_resamples, confidence=confidence, seed=seed)
+        mean = {k: float(v) for k, v in means.loc[key].items()} if key in means.index else {}
+        missing = {}
+        for scale in SCALES:
+            values, missing[scale] = _scale_fields(sub, all_sub, mean, scale, n_resamples=n_resamples,
+                                                   confidence=confidence, seed=seed)
+            row.update(values)
+        row["incomplete"], row["incomplete_fields"] = incomplete_note(missing)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
