@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, FinetuneTaskConfig, JudgeConfig,
-                     LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SummariesConfig, WandbConfig,
-                     WeightsConfig, enum_value)
+                     LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SpecificityMargin,
+                     SummariesConfig, WandbConfig, WeightsConfig, enum_value)
 from .errors import ConfigError
 
 MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit
@@ -82,6 +82,8 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ModelConfig, "generate_batch"): COUNT,
     (ModelConfig, "prefix_cache_mb"): NON_NEGATIVE,
     (ModelPoolConfig, "budget_gb"): NON_NEGATIVE,
+    (SpecificityMargin, "paper"): Range(low=0, high=0.5, low_open=True),  # a shift on a 0-1 scale around 0.5
+    (SpecificityMargin, "logodds"): POSITIVE,
     (ModelConfig, "max_concurrency"): COUNT,
     (ModelConfig, "top_logprobs"): Range(low=0, high=MAX_TOP_LOGPROBS, integer=True),
     (ModelConfig, "timeout_s"): POSITIVE,
