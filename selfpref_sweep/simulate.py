@@ -20,10 +20,15 @@ analysis reads is what a real cell would write for such a judge.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import math
+import multiprocessing
 import sys
-from dataclasses import asdict, dataclass
+import time
+import zlib
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -36,6 +41,7 @@ from .analysis.fit import GROUPINGS, fit_formula
 from .analysis.load import evaluator_variant
 from .analysis.units import kept_items, unit_means
 from .competence import judge_passed
+from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, true_fits
 from .models.base import AnswerDistribution
 from .record import RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, CellCoordinates, transfer_of
 from .results import exclusion_counts
@@ -78,6 +84,11 @@ class SimulationSpec:
     competence_threshold: float = 0.6
     n_resamples: int = 500  # the cells' article-level bootstrap
     seed: int = 0
+    # The coverage design's extras (coverage.py); empty/False keeps the plain design and its random draws.
+    recognition_signals: tuple[float, ...] = ()  # per variant (variants() order), instead of the even spread
+    position_biases: tuple[float, ...] = ()  # per variant (e.g. an always_1 fine-tune's large β)
+    source_effects: tuple[float, ...] = ()  # per source, added to both questions' signals
+    shared_article_effect: bool = False  # one article effect for both questions (else one per question)
 
     def __post_init__(self) -> None:
         if self.n_articles < 1:
@@ -90,6 +101,15 @@ class SimulationSpec:
             raise ValueError("exclusion_rate must be in [0, 1)")
         if min(self.noise, self.article_sd) < 0:
             raise ValueError("noise and article_sd must be >= 0")
+        n_variants = int(self.include_base) + self.recognition_variants + self.control_variants
+        for name in ("recognition_signals", "position_biases"):
+            if getattr(self, name) and len(getattr(self, name)) != n_variants:
+                raise ValueError(f"{name} needs one value per variant ({n_variants})")
+        if self.source_effects and len(self.source_effects) != len(self.sources):
+            raise ValueError("source_effects needs one value per source")
+
+    def source_effect(self, source: str) -> float:
+        return self.source_effects[self.sources.index(source)] if self.source_effects else 0.0
 
     @property
     def effective_control_slope(self) -> float:
@@ -105,6 +125,7 @@ class Variant:
     recognition: float
     preference: float
     competence: float
+    position_bias: float = 1.0
 
     def coordinates(self, spec: SimulationSpec, source: str, dataset: str) -> CellCoordinates:
         tuned = self.finetune_task != "none"
@@ -126,12 +147,14 @@ def variants(spec: SimulationSpec) -> list[Variant]:
     order: list[tuple[str, Optional[int]]] = [("none", None)] if spec.include_base else []
     for i in range(max(len(recognition), len(controls))):
         order += recognition[i:i + 1] + controls[i:i + 1]
-    signals = np.linspace(spec.recognition_low, spec.recognition_high, len(order)) if order else []
+    signals = (spec.recognition_signals or np.linspace(spec.recognition_low, spec.recognition_high, len(order))
+               if order else [])
+    biases = spec.position_biases or (spec.position_bias,) * len(order)
     out = []
     for k, ((task, n), rec) in enumerate(zip(order, signals)):
         slope = spec.effective_control_slope if task not in ("none", "recognition") else spec.slope
         out.append(Variant(task, n, float(rec), float(spec.intercept + slope * rec),
-                           0.0 if k < spec.failing_judges else spec.competence))
+                           0.0 if k < spec.failing_judges else spec.competence, float(biases[k])))
     return out
 
 
@@ -140,15 +163,20 @@ def variants(spec: SimulationSpec) -> list[Variant]:
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # E[f(Z)], Z ~ N(0, 1) = Σ w f(node) / √(2π)
 
 
-def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "recognition") -> float:
-    """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise: the paper-scale value a
-    variant's unit converges to."""
+def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "recognition",
+                         position_bias: Optional[float] = None) -> float:
+    """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise, averaged over the sources (their
+    effects): the paper-scale value a variant's unit converges to. β: spec.position_bias unless given."""
+    beta = spec.position_bias if position_bias is None else position_bias
     sd = math.hypot(spec.noise, spec.article_sd)
     if question == "preference":  # it also carries item_slope × the recognition deviation
         sd *= math.sqrt(1.0 + spec.item_slope ** 2)
-    s = signal + sd * _NODES
-    values = 0.5 * (expit(s + spec.position_bias) + expit(s - spec.position_bias))
-    return float(np.sum(_WEIGHTS * values) / math.sqrt(2 * math.pi))
+    out = []
+    for shift in spec.source_effects or (0.0,):
+        s = signal + shift + sd * _NODES
+        values = 0.5 * (expit(s + beta) + expit(s - beta))
+        out.append(float(np.sum(_WEIGHTS * values) / math.sqrt(2 * math.pi)))
+    return float(np.mean(out))
 
 
 def planted_units(spec: SimulationSpec) -> pd.DataFrame:
@@ -160,8 +188,8 @@ def planted_units(spec: SimulationSpec) -> pd.DataFrame:
         for dataset in spec.datasets:
             rows.append({**base, "dataset": dataset, "transfer": v.coordinates(spec, "", dataset).transfer,
                          "rec_logodds": v.recognition, "pref_logodds": v.preference,
-                         "rec_paper": expected_paper_score(v.recognition, spec, "recognition"),
-                         "pref_paper": expected_paper_score(v.preference, spec, "preference")})
+                         "rec_paper": expected_paper_score(v.recognition, spec, "recognition", v.position_bias),
+                         "pref_paper": expected_paper_score(v.preference, spec, "preference", v.position_bias)})
     return pd.DataFrame(rows)
 
 
@@ -204,6 +232,8 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
     for dataset in spec.datasets:
         articles = np.array([f"{dataset}-{i:04d}" for i in range(n)], dtype=object)
         effects = {q: rng.normal(0.0, spec.article_sd, n) for q in (*QUESTIONS, "competence")}
+        if spec.shared_article_effect:  # an article easy to recognize is as easy to prefer
+            effects["preference"] = effects["recognition"]
         for v in variants(spec):
             for source in spec.sources:
                 coords = asdict(v.coordinates(spec, source, dataset))
@@ -217,12 +247,13 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
                 for q, mean in (("recognition", v.recognition), ("preference", v.preference),
                                 ("competence", v.competence)):
                     p = _PREFIX.get(q, "comp")
-                    signal = mean + effects[q] + rng.normal(0.0, spec.noise, n)
+                    shift = spec.source_effect(source) if q != "competence" else 0.0
+                    signal = mean + shift + effects[q] + rng.normal(0.0, spec.noise, n)
                     if q == "recognition":
-                        deviation = signal - mean
+                        deviation = signal - mean - shift
                     elif q == "preference":
                         signal = signal + spec.item_slope * deviation
-                    forward, backward = expit(signal + spec.position_bias), expit(signal - spec.position_bias)
+                    forward, backward = expit(signal + v.position_bias), expit(signal - v.position_bias)
                     excluded = rng.random(n) < (spec.exclusion_rate if q != "competence" else 0.0)
                     add(f"{p}_p_forward", forward)  # own (or correct) summary first
                     add(f"{p}_p_backward", backward)
@@ -357,6 +388,166 @@ def power_curve(spec: SimulationSpec, article_counts: Sequence[int], reps: int, 
     return pd.DataFrame(rows)
 
 
+# --- coverage: every printed interval and test against known truths (coverage.py) ---------------------
+
+COVERAGE_SETTINGS = ("pairwise", "individual")
+
+
+@dataclass(frozen=True)
+class CoverageDesign:
+    """The dose-response design of the coverage mode, every quantity with a known truth: a base model,
+    recognition fine-tunes at N = 2, 10, 50 and 4 controls (length, vowel, readability, always_1), on 2 datasets
+    (fine-tunes on the first) against 2 sources. Signals on the log-odds scale. Every variant's preference
+    signal equals its recognition signal (slope 1, intercept 0) and the source and article effects hit both
+    questions alike, so every arm lies on the line preference = recognition on both scales and at both levels:
+    the specificity and interaction tests' nulls hold exactly, whatever the position bias."""
+
+    datasets: tuple[str, ...] = ("sim_xsum", "sim_cnn")
+    sources: tuple[str, ...] = ("human", "paper_gpt4")
+    base_signal: float = 0.5
+    recognition_deltas: tuple[float, ...] = (0.4, 0.8, 1.2)  # N = 2, 10, 50: equal steps in log10 N
+    control_deltas: tuple[float, ...] = (0.0, 0.0, -0.4, 0.0)  # length, vowel, readability, always_1
+    position_bias: float = 1.0
+    always_1_bias: float = 3.0  # the always_1 control learned to answer "1"; its true paper-scale Δ is not 0
+    source_effects: tuple[float, ...] = (-0.25, 0.25)
+    noise: float = 1.0
+    article_sd: float = 0.5
+
+    def spec(self, setting: str, n_articles: int) -> SimulationSpec:
+        """The design in one setting. Individual: each summary is judged alone, so there is no order to be
+        biased toward (β = 0) and the paper's score is σ(s), not squashed."""
+        rec = [self.base_signal + d for d in self.recognition_deltas]
+        ctl = [self.base_signal + d for d in self.control_deltas]
+        biases = [self.always_1_bias if CONTROL_TASKS[i % len(CONTROL_TASKS)] == "always_1" else self.position_bias
+                  for i in range(len(ctl))]
+        signals, betas = [self.base_signal], [self.position_bias]
+        for i in range(max(len(rec), len(ctl))):  # variants()' order: recognition and controls interleaved
+            signals += rec[i:i + 1] + ctl[i:i + 1]
+            betas += [self.position_bias] * len(rec[i:i + 1]) + biases[i:i + 1]
+        if setting == "individual":
+            betas = [0.0] * len(betas)
+        return SimulationSpec(
+            n_articles=n_articles, sources=self.sources, datasets=self.datasets, setting=setting,
+            recognition_variants=len(rec), control_variants=len(ctl), slope=1.0, intercept=0.0, noise=self.noise,
+            article_sd=self.article_sd, recognition_signals=tuple(signals), position_biases=tuple(betas),
+            source_effects=self.source_effects, shared_article_effect=True)
+
+
+def coverage_truth(spec: SimulationSpec) -> Truth:
+    """The true cells, paper units and fine-tuned-vs-base Δs of a design, on both scales."""
+    rows = []
+    for v in variants(spec):
+        for dataset in spec.datasets:
+            coords = v.coordinates(spec, "", dataset)
+            base = {"setting": spec.setting, "label": spec.label, "dataset": dataset, "transfer": coords.transfer,
+                    "evaluator_variant": evaluator_variant({**asdict(coords), "own_summaries": ""}),
+                    "finetune_task": v.finetune_task, "finetune_n_articles": v.finetune_n_articles}
+            for source in spec.sources:
+                one = replace(spec, sources=(source,), source_effects=(spec.source_effect(source),))
+                row = {**base, "source": source}
+                for q, signal, question in (("rec", v.recognition, "recognition"), ("pref", v.preference, "preference")):
+                    row[f"{q}_logodds"] = signal + spec.source_effect(source)
+                    row[f"{q}_paper"] = expected_paper_score(signal, one, question, v.position_bias)
+                rows.append(row)
+    points = pd.DataFrame(rows)
+    values = [f"{q}_{s}" for s in ("paper", "logodds") for q in ("rec", "pref")]
+    keys = ["setting", "label", "dataset", "transfer", "evaluator_variant", "finetune_task", "finetune_n_articles"]
+    units = points.groupby(keys, dropna=False, sort=False)[values].mean().reset_index()
+    units = units.rename(columns={c: f"{c}_mean" for c in values})
+    base_units = units[units["finetune_task"] == "none"].set_index("dataset")
+    diffs = units[units["finetune_task"] != "none"].copy()
+    for c in values:
+        diffs[f"d{c}_mean"] = diffs[f"{c}_mean"].to_numpy() - base_units.loc[diffs["dataset"], f"{c}_mean"].to_numpy()
+    return Truth(units=units, points=points, diffs=diffs)
+
+
+@functools.lru_cache(maxsize=None)
+def _truths(design: CoverageDesign, setting: str, n_articles: int) -> tuple[Truth, dict]:
+    truth = coverage_truth(design.spec(setting, n_articles))
+    return truth, true_fits(truth)
+
+
+def coverage_rep(task: tuple[CoverageDesign, str, int, int, int]) -> dict[str, Any]:
+    """One simulated sweep of the design, analysed in memory; its per-row counts (a JSON-able record)."""
+    design, setting, n_articles, rep, seed = task
+    # One stream per (seed, setting, articles, rep): reps can be run in any order, chunks combined.
+    rng = np.random.default_rng([seed, zlib.crc32(setting.encode()), n_articles, rep])
+    items = draw_items(design.spec(setting, n_articles), rng)
+    truth, fits = _truths(design, setting, n_articles)
+    return {"setting": setting, "n_articles": n_articles, "rep": rep, "seed": seed,
+            "design": asdict(design), "counts": rep_counts(analyse(items), truth, fits)}
+
+
+def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts: Sequence[int], reps: int,
+                 seed: int = 0, workers: int = 1, cache: Optional[Path] = None) -> list[dict[str, Any]]:
+    """Reps 0..reps-1 of every setting × article count; with ``cache`` (a JSONL file) the reps already there
+    (same design and seed) are reused and every new one is appended as it finishes, so an interrupted run
+    resumes and a larger --reps adds to a smaller one."""
+    done: dict[tuple, dict] = {}
+    if cache is not None and cache.is_file():
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            if r["seed"] == seed and r["design"] == json.loads(json.dumps(asdict(design))):
+                done[(r["setting"], r["n_articles"], r["rep"])] = r
+    # Rep by rep across settings and article counts: a run stopped early leaves them all with as many reps.
+    wanted = [(s, n, k) for k in range(reps) for s in settings for n in article_counts]
+    tasks = [(design, s, n, k, seed) for s, n, k in wanted if (s, n, k) not in done]
+    with (cache.open("a", encoding="utf-8") if cache is not None else contextlib.nullcontext()) as sink:
+        pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 and tasks else None
+        try:
+            results = pool.imap_unordered(coverage_rep, tasks) if pool else map(coverage_rep, tasks)
+            for r in results:
+                done[(r["setting"], r["n_articles"], r["rep"])] = r
+                if sink is not None:
+                    sink.write(json.dumps(r) + "\n")
+                    sink.flush()
+        finally:
+            if pool:
+                pool.close()
+                pool.join()
+    return [done[k] for k in wanted]
+
+
+COVERAGE_NOT_SCORED = (
+    "Not scored: r's Fisher interval (the true points lie on one line, r = 1, which no interval from noisy "
+    "points covers); Δpref/Δrec (printed only where Δ recognition's CI excludes 0: a conditional interval); the "
+    "item-level fit (its within-variant slope comes from the noise structure, not from a planted value); the "
+    "specificity test's equivalence (TOST) p (under this design a power, not a size); per-dataset MixedLM rows.")
+
+
+def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str:
+    return "\n".join([
+        "## Coverage of the analysis' intervals and size of its tests (planted-bias simulator)", "",
+        f"Command: `{command}` ({seconds / 60:.1f} min in this invocation; reps reused from --cache are not "
+        "timed again).", "",
+        f"Design (log-odds signals): {design}. Base + recognition fine-tunes N = 2, 10, 50 + controls length, "
+        "vowel, readability, always_1; preference = recognition for every variant; article effects shared by "
+        "every variant, source and both questions; source effects on both questions; pairwise: position bias "
+        "per variant (always_1 larger), individual: none.", "",
+        "Each row: the rate over all reps (pooled over the units, arms or groups it names), ± its Monte Carlo SE "
+        "(clustered by rep), and against the target (95% intervals cover 93–97%, 5% tests reject 3–7%): holds "
+        "(rate ± 1.96 SE inside), does not hold (wholly outside), within MC error (straddles an edge).",
+        "", COVERAGE_NOT_SCORED])
+
+
+def coverage_main(args: argparse.Namespace, command: str) -> int:
+    design = CoverageDesign()
+    settings = [s for s in args.settings.split(",") if s]
+    counts = [int(x) for x in args.articles.split(",") if x.strip()]
+    if args.reps < 2 or not counts or any(s not in COVERAGE_SETTINGS for s in settings):
+        print(f"error: --reps >= 2, --articles and --settings from {COVERAGE_SETTINGS} are needed", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    records = run_coverage(design, settings, counts, args.reps, seed=args.seed, workers=args.workers,
+                           cache=args.cache)
+    text = markdown(coverage_table(records), coverage_header(design, command, time.perf_counter() - start))
+    print(text)
+    if args.out_md is not None:
+        args.out_md.parent.mkdir(parents=True, exist_ok=True)
+        args.out_md.write_text(text, encoding="utf-8")
+    return 0
+
+
 # --- the command ----------------------------------------------------------------------------------
 
 
@@ -428,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "analysis on it, and print the recovered effects next to the planted ones and a power curve. "
                     "Signals are on the log-odds scale (0 = no bias).",
     )
-    p.add_argument("--out", type=Path, required=True, help="a new (or empty) directory for the synthetic sweep")
+    p.add_argument("--out", type=Path, help="a new (or empty) directory for the synthetic sweep (not with --coverage)")
     p.add_argument("--n-articles", type=int, default=d.n_articles, help="articles per cell (default %(default)s)")
     p.add_argument("--sources", default=",".join(d.sources), help="comma-separated source names (default %(default)s)")
     p.add_argument("--datasets", default=",".join(d.datasets),
@@ -468,7 +659,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--power-articles", default="5,10,20,40",
                    help="article counts of the power curve, comma-separated; empty: no power curve")
     p.add_argument("--power-reps", type=int, default=50, help="simulated sweeps per article count (default %(default)s)")
+    _add_coverage_args(p)
     return p
+
+
+def _add_coverage_args(p: argparse.ArgumentParser) -> None:
+    c = p.add_argument_group("coverage mode (--coverage): the fixed dose-response design (CoverageDesign), "
+                                "analysed in memory; the design options above do not apply")
+    c.add_argument("--coverage", action="store_true",
+                   help="print the coverage of every scored interval and the size of every scored test")
+    c.add_argument("--reps", type=int, default=200, help="simulated sweeps per setting and article count")
+    c.add_argument("--articles", default="10,20", help="articles per cell, comma-separated (default %(default)s)")
+    c.add_argument("--settings", default=",".join(COVERAGE_SETTINGS), help="default %(default)s")
+    c.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
+    c.add_argument("--cache", type=Path, default=None,
+                   help="JSONL of finished reps: reused and appended to, so a run resumes or adds reps")
+    c.add_argument("--out-md", type=Path, default=None, help="also write the table to this Markdown file")
 
 
 def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
@@ -486,6 +692,12 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.coverage:
+        words = ["python -m selfpref_sweep.simulate", *(sys.argv[1:] if argv is None else argv)]
+        return coverage_main(args, " ".join(words))
+    if args.out is None:
+        print("error: --out is needed (or --coverage)", file=sys.stderr)
+        return 2
     try:
         spec = spec_from_args(args)
         counts = [int(x) for x in args.power_articles.split(",") if x.strip()]

@@ -163,21 +163,29 @@ def _items(arms: dict[str, tuple[str, int, float, float]], *, n_articles: int = 
     return pd.DataFrame(rows)
 
 
-def test_the_draws_are_the_intervals_draws() -> None:
-    # p-values, ratios and trends use _article_draws; it repeats unit_mean_ci's resamples exactly, so they
-    # come from the same bootstrap as the printed CIs.
+def test_the_delta_ci_is_t_on_article_means_and_agrees_with_its_p() -> None:
+    # One item per (source, article): the CI is exactly mean ± t(11)·sd/√12 over the articles' means over
+    # sources, and its p is the same one-sample t test's, so "CI excludes 0" ⟺ "p < 0.05".
+    from scipy import stats
+
     items = _items({"r10": ("recognition", 10, 0.05, 0.04)}, n_articles=12)
+    diffs = paired.finetune_vs_base(items).iloc[0]
     (_, frames), = list(paired._pairs(items))
     for q in ("rec", "pref"):
-        draws = paired._article_draws([frames[(q, "paper")]], n_resamples=2000, seed=0)[0]
-        want = unit_mean_ci(frames[(q, "paper")], "v", n_resamples=2000, confidence=0.95, seed=0)
-        assert paired._percentile_ci(draws, 0.95) == pytest.approx(want, rel=1e-12, abs=1e-12)
+        per_article = frames[(q, "paper")].groupby("article_id")["v"].mean().to_numpy()
+        half = stats.t.ppf(0.975, 11) * per_article.std(ddof=1) / math.sqrt(12)
+        want = (per_article.mean() - half, per_article.mean() + half)
+        got = (diffs[f"d{q}_paper_ci_low"], diffs[f"d{q}_paper_ci_high"])
+        assert got == pytest.approx(want, rel=1e-9)
+        assert unit_mean_ci(frames[(q, "paper")], "v", n_resamples=1, confidence=0.95, seed=0) == pytest.approx(got)
+        assert diffs[f"d{q}_paper_p"] == pytest.approx(stats.ttest_1samp(per_article, 0.0).pvalue, rel=1e-9)
+        assert (diffs[f"d{q}_paper_ci_low"] > 0) == (diffs[f"d{q}_paper_p"] < 0.05)
 
 
 def _null_family(rng: np.random.Generator, k_arms: int = 6, n_articles: int = 30) -> pd.DataFrame:
     """One sweep's Δ recognition family: ``k_arms`` fine-tunes that change nothing, each minus the same base
     model item by item (so their Δs share the base model's noise and are correlated, as in a real sweep),
-    with the bootstrap p-value paired.py gives each arm."""
+    with the p-value paired.py gives each arm."""
     effect = rng.normal(0, 0.1, size=n_articles)
     def scores() -> np.ndarray:  # two sources × articles
         return 0.5 + effect + rng.normal(0, 0.05, size=(2, n_articles))
@@ -187,7 +195,7 @@ def _null_family(rng: np.random.Generator, k_arms: int = 6, n_articles: int = 30
         v = (scores() - base).ravel()
         frame = pd.DataFrame({"source": np.repeat(["human", "paper_gpt4"], n_articles),
                               "article_id": np.tile([f"a{a}" for a in range(n_articles)], 2), "v": v})
-        p = paired.bootstrap_p(paired._article_draws([frame], n_resamples=400, seed=0)[0])
+        p = paired.unit_t(frame, "v", 0.95)[2]
         rows.append({"setting": "pairwise", "label": "none", "dataset": "paper_xsum", "transfer": "in_domain",
                      "evaluator": "qwen05", "evaluator_variant": f"c{k}", "drec_paper_p": p})
     frame = pd.DataFrame(rows)
@@ -231,8 +239,10 @@ def test_holm_families_and_the_ratio() -> None:
     assert math.isnan(flat["ratio_paper"]) and flat["ratio_paper_note"] == paired.NO_RATIO
     table = finetune_vs_base_table(diffs.reset_index()).set_index("fine-tuned evaluator")
     assert table.loc["flat", "Δ preference / Δ recognition [95% CI]"] == paired.NO_RATIO
-    # With 1000 draws the smallest p is 2/1001; Holm's family of 4 arms makes it 4 times that.
-    assert table.loc["r50", "Δ recognition: p (Holm p)"] == "0.002 (0.008)"
+    # A t test's p has no resampling floor (the bootstrap's was 2/1001): Δ 0.08 with item noise 0.02 over 30
+    # articles is far below 0.001, even times Holm's 4.
+    assert diffs.loc["r50", "drec_paper_p_holm"] < 1e-3
+    assert table.loc["r50", "Δ recognition: p (Holm p)"] == "<0.001 (<0.001)"
 
 
 def test_the_trend_over_log_n_recovers_a_planted_slope() -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -476,36 +476,45 @@ def fit_interaction(
     clusters of its own for the test (clustered.too_few_clusters); with fewer the row has estimates only.
     """
     ft = _finetuned(data, recognition_tasks)
-    is_rec = ft["recognition_finetune"].to_numpy()
-    n, n_rec = int(len(ft)), int(is_rec.sum())
-    n_ctl = n - n_rec
-    method = OLS_PLAIN if cluster_col is None else OLS_BY_VARIANT
-    n_clusters = int(ft[cluster_col].nunique()) if cluster_col is not None else None
-    base = dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n_ctl,
-                scale=scale, method=method, n_clusters=n_clusters)
+    base = _finetune_counts(ft, level=level, group_by=group_by, group=group, scale=scale, cluster_col=cluster_col)
+    n, n_rec, n_ctl = base["n"], base["n_recognition"], base["n_control"]
     kind = _POINT_NAMES.get(level, "points")
-    problems = _interaction_problems(ft["recognition"].to_numpy(float), is_rec, kind)
+    problems = _interaction_problems(ft["recognition"].to_numpy(float), ft["recognition_finetune"].to_numpy(), kind)
     if problems:
         note = (f"not enough {kind} (n={n}; recognition fine-tunes n={n_rec}, control fine-tunes n={n_ctl}): "
                 + "; ".join(problems))
         return InteractionResult(**base, ok=False, note=note)
-
-    formula = "preference ~ recognition * recognition_finetune"
-    if cluster_col is None:
-        res = _ols(ft, formula)
-        fields = _interaction_fields(lambda c: _plain_contrast(res, c), list(res.params.index),
-                                     ON_ONE_LINE if _perfect_fit(float(res.ssr), ft["preference"].to_numpy(float))
-                                     else "")
-    else:
-        cres = clustered_ols(ft, formula, ft[cluster_col])
-        why = too_few_clusters(ft[cluster_col], is_rec == 1, ("recognition fine-tune", "control fine-tune"))
-        fields = _interaction_fields(lambda c: cres.contrast(c, ALPHA), cres.names, why)
+    fields = _interaction_fields(*_finetune_fit(ft, "preference ~ recognition * recognition_finetune", cluster_col))
     # A kind with exactly 2 points fits its line through both with no residual: its slope's CI (and the
     # interaction's) then comes from the other kind's scatter alone, which a reader should be told.
     thin = [label for label, count in (("recognition", n_rec), ("control", n_ctl)) if count == 2]
     note = "; ".join(f"the {label} fine-tunes' slope rests on 2 {kind}, so its CI comes from the other kind's "
                      "scatter alone" for label in thin)
     return InteractionResult(**base, ok=True, note=note, **fields)
+
+
+def _finetune_counts(ft: pd.DataFrame, *, level: str, group_by: str, group: str, scale: str,
+                     cluster_col: Optional[str]) -> dict[str, Any]:
+    """The fields a fine-tune comparison (interaction or specificity) records about its points."""
+    n, n_rec = int(len(ft)), int(ft["recognition_finetune"].sum())
+    return dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n - n_rec,
+                scale=scale, method=OLS_PLAIN if cluster_col is None else OLS_BY_VARIANT,
+                n_clusters=int(ft[cluster_col].nunique()) if cluster_col is not None else None)
+
+
+def _finetune_fit(ft: pd.DataFrame, formula: str, cluster_col: Optional[str]
+                  ) -> tuple[Callable[[np.ndarray], Estimate], list[str], str]:
+    """The formula fitted over fine-tuned points: a function giving any linear contrast's estimate, the
+    parameter names, and why there is no honest interval ("" when there is one). Plain OLS at the paper unit;
+    clustered by variant (CR2), where recognition_finetune, constant within clusters, needs enough of each kind."""
+    if cluster_col is None:
+        res = _ols(ft, formula)
+        why = ON_ONE_LINE if _perfect_fit(float(res.ssr), ft["preference"].to_numpy(float)) else ""
+        return (lambda c: _plain_contrast(res, c)), list(res.params.index), why
+    cres = clustered_ols(ft, formula, ft[cluster_col])
+    why = too_few_clusters(ft[cluster_col], ft["recognition_finetune"].to_numpy() == 1,
+                           ("recognition fine-tune", "control fine-tune"))
+    return (lambda c: cres.contrast(c, ALPHA)), cres.names, why
 
 
 def _interaction_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> list[str]:
@@ -667,26 +676,16 @@ def fit_specificity(
     within clusters, so each kind needs enough clusters (too_few_clusters); with fewer, estimates only.
     """
     ft = _finetuned(data, recognition_tasks)
-    is_rec = ft["recognition_finetune"].to_numpy()
-    n, n_rec = int(len(ft)), int(is_rec.sum())
+    base = _finetune_counts(ft, level=level, group_by=group_by, group=group, scale=scale, cluster_col=cluster_col)
+    base["margin"] = SPECIFICITY_MARGIN.get(scale, math.nan) if margin is None else float(margin)
+    n, n_rec = base["n"], base["n_recognition"]
     kind = _POINT_NAMES.get(level, "points")
-    base = dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n - n_rec,
-                scale=scale, method=OLS_PLAIN if cluster_col is None else OLS_BY_VARIANT,
-                n_clusters=int(ft[cluster_col].nunique()) if cluster_col is not None else None,
-                margin=SPECIFICITY_MARGIN.get(scale, math.nan) if margin is None else float(margin))
-    problems = _specificity_problems(ft["recognition"].to_numpy(float), is_rec, kind)
+    problems = _specificity_problems(ft["recognition"].to_numpy(float), ft["recognition_finetune"].to_numpy(), kind)
     if problems:
         return SpecificityResult(**base, ok=False, note=f"not enough {kind} (n={n}; recognition fine-tunes "
                                  f"n={n_rec}, control fine-tunes n={n - n_rec}): " + "; ".join(problems))
-    formula = "preference ~ recognition + recognition_finetune"
-    if cluster_col is None:
-        res = _ols(ft, formula)
-        why = ON_ONE_LINE if _perfect_fit(float(res.ssr), ft["preference"].to_numpy(float)) else ""
-        fields = _specificity_fields(lambda c: _plain_contrast(res, c), list(res.params.index), why, base["margin"])
-    else:
-        cres = clustered_ols(ft, formula, ft[cluster_col])
-        why = too_few_clusters(ft[cluster_col], is_rec == 1, ("recognition fine-tune", "control fine-tune"))
-        fields = _specificity_fields(lambda c: cres.contrast(c, ALPHA), cres.names, why, base["margin"])
+    fields = _specificity_fields(*_finetune_fit(ft, "preference ~ recognition + recognition_finetune", cluster_col),
+                                 base["margin"])
     # One point of a kind is its own distance from the other kind's line: its CI is that line's scatter alone.
     thin = [label for label, count in (("recognition", n_rec), ("control", n - n_rec)) if count == 1]
     note = "; ".join(f"one {label} fine-tune {kind[:-1]}: the shift is its distance from the other kind's line, "

@@ -9,14 +9,19 @@ controls at one) needs.
 Per fine-tuned paper unit (evaluator variant × dataset × setting × label) the base unit is the same evaluator,
 not fine-tuned, on the same dataset, setting and label. Only items kept in both questions by both models
 enter; per source the mean of the item differences, then the mean over sources (as the paper unit averages
-sources); the 95% CI from the same article-clustered bootstrap as the paper units. A fine-tune evaluated
+sources); the 95% CI is the paper units' t interval over articles (units.unit_t: each article's contribution
+to the Δ, mean ± t(articles − 1)·SE), which holds 95% at 10 articles where the percentile bootstrap gave
+about 90% (issue 23, bench/coverage_means.py). A fine-tune evaluated
 in-domain starts after its training articles, so it shares items with the base model only when the
 evaluation articles were placed past every fine-tune's training articles (`dataset.offset`); without shared
 items the row says so instead of comparing different articles.
 
-From the same bootstrap draws: each Δ's p-value, with Holm's adjustment across the arms of a family
-(``with_holm``: many arms read one by one would otherwise find "changes" by chance); Δpref/Δrec per arm where
-Δ recognition is distinguishable from 0; and ``dose_trend``, the recognition arms' Δ on log10 N.
+Each Δ's p-value is the same t test's (the CI excludes 0 exactly when p < 0.05), with Holm's adjustment
+across the arms of a family (``with_holm``: many arms read one by one would otherwise find "changes" by
+chance). ``dose_trend``, the recognition arms' Δ on log10 N, is a linear combination of the arms' Δs, so it
+gets the same t interval on the articles' contributions. Δpref/Δrec per arm, where Δ recognition is
+distinguishable from 0, is not linear: it keeps a percentile CI from article-bootstrap draws
+(``_article_draws``), the only user of ``n_resamples`` and ``seed`` here.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from .units import (
-    QUESTION_PREFIXES, SCALES, UNIT_KEYS, _unit_stat, complete_mean, incomplete_note, kept_items, key_frame,
-    unit_mean_ci,
+    QUESTION_PREFIXES, SCALES, UNIT_KEYS, _unit_stat, cell_means_t, complete_mean, incomplete_note, kept_items,
+    key_frame, unit_t,
 )
 
 _JOIN = ("source", "article_id")
@@ -45,7 +50,7 @@ COLUMNS = [*UNIT_KEYS, *_CARRIED, "base_variant", "sources", "n_articles", "n_it
 # Holm's family: the arms of one base evaluator on one dataset, setting and label (so one transfer condition
 # per fine-tune dataset), one question and one scale: "did any of these fine-tunes move recognition?".
 HOLM_FAMILY = (*_GROUP, "transfer", "evaluator")
-_BATCH = 250  # units.unit_mean_ci's batch for scipy's bootstrap: the same batches give the same index draws
+_BATCH = 250  # resamples per batch of _article_draws: bounds the memory (sources × batch × articles)
 NO_RATIO = "no ratio: Δ recognition's CI includes 0"
 NO_RATIO_NO_CI = "no ratio: Δ recognition has no CI"
 
@@ -119,25 +124,25 @@ def _unit_mean(frame: pd.DataFrame) -> float:
 
 def _arm_fields(frames: dict[tuple[str, str], pd.DataFrame], n_resamples: int, confidence: float,
                 seed: int) -> dict[str, Any]:
-    """Per scale: each question's mean difference, CI and bootstrap p-value, and Δpref/Δrec with its CI, all
-    from one article-clustered bootstrap (the CIs from units.unit_mean_ci, whose draws _article_draws repeats)."""
+    """Per scale: each question's mean difference with its t CI and the same test's p-value (units.unit_t),
+    and Δpref/Δrec with its bootstrap CI."""
     out: dict[str, Any] = {}
     for scale in SCALES:
         pair = [frames[(q, scale)] for q in QUESTION_PREFIXES]
-        draws = _article_draws(pair, n_resamples=n_resamples, seed=seed)
         for k, q in enumerate(QUESTION_PREFIXES):
             name = f"d{q}_{scale}"
             out[f"{name}_mean"] = _unit_mean(pair[k])
-            out[f"{name}_ci_low"], out[f"{name}_ci_high"] = unit_mean_ci(
-                pair[k], "v", n_resamples=n_resamples, confidence=confidence, seed=seed)
-            out[f"{name}_p"] = bootstrap_p(draws[k])
-        out.update(_ratio_fields(out, draws, scale, confidence))
+            out[f"{name}_ci_low"], out[f"{name}_ci_high"], out[f"{name}_p"] = unit_t(pair[k], "v", confidence)
+        out.update(_ratio_fields(out, pair, scale, n_resamples, confidence, seed))
     return out
 
 
-def _ratio_fields(arm: dict[str, Any], draws: np.ndarray, scale: str, confidence: float) -> dict[str, Any]:
-    """Δpreference / Δrecognition with a percentile CI from the same draws; only where Δ recognition's CI
-    excludes 0 (a ratio over a denominator that may be 0 is meaningless)."""
+def _ratio_fields(arm: dict[str, Any], pair: list[pd.DataFrame], scale: str, n_resamples: int,
+                  confidence: float, seed: int) -> dict[str, Any]:
+    """Δpreference / Δrecognition with a percentile CI from article-bootstrap draws (both Δs on the same
+    resampled articles); only where Δ recognition's CI excludes 0 (a ratio over a denominator that may be 0 is
+    meaningless). A ratio is not a mean over articles, so it has no t interval; at 10 articles its percentile
+    CI is likely narrow, as the means' was."""
     name = f"ratio_{scale}"
     out = {name: math.nan, f"{name}_ci_low": math.nan, f"{name}_ci_high": math.nan, f"{name}_note": ""}
     lo, hi = arm[f"drec_{scale}_ci_low"], arm[f"drec_{scale}_ci_high"]
@@ -148,6 +153,7 @@ def _ratio_fields(arm: dict[str, Any], draws: np.ndarray, scale: str, confidence
         out[f"{name}_note"] = NO_RATIO
         return out
     out[name] = arm[f"dpref_{scale}_mean"] / arm[f"drec_{scale}_mean"]
+    draws = _article_draws(pair, n_resamples=n_resamples, seed=seed)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = draws[1] / draws[0]
     out[f"{name}_ci_low"], out[f"{name}_ci_high"] = _percentile_ci(ratios, confidence)
@@ -178,19 +184,10 @@ def finetune_vs_base(items: pd.DataFrame, *, n_resamples: int = 2000, confidence
 
 def _article_draws(frames: Sequence[pd.DataFrame], *, n_resamples: int, seed: int) -> np.ndarray:
     """Bootstrap draws (frames × resamples) of each frame's unit mean (mean over sources of per-source means of
-    v), every frame on the same resampled articles. It repeats units.unit_mean_ci's draws (the same seed,
-    batches and index draws), so where the frames share their articles the percentiles are its CIs
-    (tests/test_specificity.py checks it); the draws then also give p-values, ratios and trends."""
-    ids = np.unique(np.concatenate([f["article_id"].to_numpy(str) for f in frames] or [np.array([], str)]))
+    v), every frame on the same resampled articles (the ratio's CI)."""
+    ids, sums, counts = _stacked(frames)
     if n_resamples <= 0 or ids.size < 2:  # one article: nothing to resample
         return np.full((len(frames), 0), math.nan)
-    sources = np.unique(np.concatenate([f["source"].to_numpy(str) for f in frames]))
-    sums = np.zeros((len(frames), sources.size, ids.size))
-    counts = np.zeros_like(sums)
-    for k, f in enumerate(frames):
-        at = (np.searchsorted(sources, f["source"].to_numpy(str)), np.searchsorted(ids, f["article_id"].to_numpy(str)))
-        np.add.at(sums[k], at, f["v"].to_numpy(float))
-        np.add.at(counts[k], at, 1.0)
     rng = np.random.default_rng(seed)
     out = []
     for start in range(0, n_resamples, _BATCH):
@@ -199,23 +196,26 @@ def _article_draws(frames: Sequence[pd.DataFrame], *, n_resamples: int, seed: in
     return np.concatenate(out, axis=1)
 
 
+def _stacked(frames: Sequence[pd.DataFrame]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The article ids, and sums and counts of v (frames × sources × articles) on shared axes, so that article
+    j is the same article in every frame."""
+    ids = np.unique(np.concatenate([f["article_id"].to_numpy(str) for f in frames] or [np.array([], str)]))
+    sources = np.unique(np.concatenate([f["source"].to_numpy(str) for f in frames] or [np.array([], str)]))
+    sums = np.zeros((len(frames), sources.size, ids.size))
+    counts = np.zeros_like(sums)
+    for k, f in enumerate(frames):
+        at = (np.searchsorted(sources, f["source"].to_numpy(str)), np.searchsorted(ids, f["article_id"].to_numpy(str)))
+        np.add.at(sums[k], at, f["v"].to_numpy(float))
+        np.add.at(counts[k], at, 1.0)
+    return ids, sums, counts
+
+
 def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
     d = draws[np.isfinite(draws)]
     if d.size < 2:
         return math.nan, math.nan
     lo, hi = np.quantile(d, [(1 - confidence) / 2, (1 + confidence) / 2])
     return float(lo), float(hi)
-
-
-def bootstrap_p(draws: np.ndarray) -> float:
-    """Two-sided p-value of "the effect is 0" from bootstrap draws: twice the smaller share of draws on either
-    side of 0 (counting the observed sample once, so never 0). It is the dual of the percentile CI: the
-    95% CI excludes 0 about when p < 0.05. NaN without draws."""
-    d = draws[np.isfinite(draws)]
-    if d.size == 0:
-        return math.nan
-    below, above = (1 + np.sum(d <= 0)) / (d.size + 1), (1 + np.sum(d >= 0)) / (d.size + 1)
-    return float(min(1.0, 2 * min(below, above)))
 
 
 def with_holm(diffs: pd.DataFrame, family: Sequence[str] = HOLM_FAMILY) -> pd.DataFrame:
@@ -281,9 +281,10 @@ _QUESTION_NAMES = {"rec": "recognition", "pref": "preference"}
 def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recognition",), *,
                n_resamples: int = 2000, confidence: float = 0.95, seed: int = 0) -> list[TrendResult]:
     """Per evaluator × dataset × setting × label (and fine-tune dataset): the OLS slope of the recognition arms'
-    Δ recognition and Δ preference on log10 N (training articles), with a percentile CI and p-value from the
-    article bootstrap, every arm on the same resampled articles (they judged the same items, so their Δs are
-    correlated and must be resampled together). log N, not N: the doses are geometric (2, 10, 50), so each
+    Δ recognition and Δ preference on log10 N (training articles), with a t CI and p-value over articles: the
+    slope is a linear combination of the arms' Δs, so each article contributes that combination of its
+    contributions to the arms' Δs (they judged the same items, so their Δs are correlated, and an article's
+    contributions stay together). ``n_resamples`` and ``seed`` are unused (kept for callers). log N, not N: the doses are geometric (2, 10, 50), so each
     weighs alike, where on N the largest would decide the slope alone; learning curves are about linear in
     log N. The base model (N = 0) is not a point: its Δ is 0 by definition, and log 0 is undefined."""
     if items.empty or not items["is_finetuned"].astype(bool).any():
@@ -315,10 +316,16 @@ def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], n_resam
     xc = x - x.mean()
     means = np.array([_unit_mean(f) for f in frames])
     base.ok, base.slope = True, float(xc @ (means - means.mean()) / (xc @ xc))
-    draws = _article_draws(frames, n_resamples=n_resamples, seed=seed)
-    slopes = xc @ (draws - draws.mean(axis=0)) / (xc @ xc)
-    base.ci_low, base.ci_high = _percentile_ci(slopes, confidence)
-    base.p = bootstrap_p(slopes) if np.isfinite(base.ci_low) else math.nan
+    if not math.isfinite(base.slope):  # an arm without the scale: no slope, so no interval
+        return base
+    # The slope is Σ_k xc_k·Δ_k / xc·xc, and Δ_k the mean over arm k's sources of their mean differences: one
+    # weighted sum of (arm, source) cell means, tested over articles as the Δs are.
+    cells = pd.concat([f.assign(arm=k) for k, f in enumerate(frames)], ignore_index=True)
+    codes, keys = pd.factorize(pd.MultiIndex.from_frame(cells[["arm", "source"]]))
+    arm = keys.get_level_values(0).to_numpy()
+    weights = xc[arm] / (xc @ xc) / np.bincount(arm, minlength=len(frames))[arm]
+    _, base.ci_low, base.ci_high, base.p = cell_means_t(
+        cells["v"].to_numpy(float), codes, cells["article_id"].to_numpy(str), weights, confidence)
     notes = []
     if np.unique(x).size == 2:
         notes.append("2 doses: the line passes through both")

@@ -31,6 +31,7 @@ from .fit import (
     fit_specificities,
 )
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
+from .calibration import calibration_label, pooled_over_datasets
 from .paired import TrendResult, dose_trend, finetune_vs_base
 from .units import paper_units, source_points
 from .plots import PlotFile, make_plots
@@ -93,7 +94,8 @@ class AnalysisResult:
         lines.append(
             T.to_text(
                 self.tables["regression_units"],
-                ["grouping", "group", "scale", "n paper units", "slope", "slope 95% CI", "r", "r 95% CI", "note"],
+                ["grouping", "group", "scale", "n paper units", "slope", "slope 95% CI", "r", "r 95% CI", "note",
+                 T.CALIBRATION_COL],
             )
         )
         failed = T.failed_judges(self.data.cells)
@@ -143,9 +145,12 @@ def _fit_sentences(result: AnalysisResult) -> list[str]:
             out.append(f"Headline fit, {f.group}: slope {T.fmt(f.slope)}, r {T.fmt(f.r)}, n={f.n} paper units "
                        f"({f.no_interval})")
             continue
+        label = calibration_label("fit", f.level, f.method,
+                                  pooled_over_datasets(f.group_by, {g.group_by for g in result.unit_fits}))
         out.append(
             f"Headline fit, {f.group}: slope {T.fmt(f.slope)} (95% CI {T.fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
             f"r {T.fmt(f.r)} (95% CI {T.fmt_ci(f.r_ci_low, f.r_ci_high)}), n={f.n} paper units"
+            + (f"; the slope CI {label}" if label else "")
         )
     return out
 
@@ -199,7 +204,7 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "r with a Fisher-z interval; where every point lies on one line there is no interval, and the row "
             "says so instead of printing a zero-width one. Both means of a point come from the same items: an item excluded in "
             f"either question is left out of both ({n_left_out} item(s) left out in all, counted per unit below). "
-            "The points' CIs come from an article-clustered bootstrap. Groups with fewer than 3 points or no "
+            "The points' CIs are t intervals over articles (CR2 sandwich clustered by article, Bell–McCaffrey df; on the paper's scale taken on the logit of the mean). Groups with fewer than 3 points or no "
             "spread in recognition are not fitted and say so. " + logodds_note,
             t["regression_units"],
             [plots["preference_vs_recognition"]],
@@ -207,8 +212,9 @@ def _sections(result: AnalysisResult) -> list[Section]:
         Section(
             "The paper-unit points",
             "One row per evaluator variant × dataset × setting × label: means over sources with 95% "
-            "article-clustered bootstrap CIs (whole articles resampled, the same draw for every source and both "
-            "questions); 'n items left out' counts the items excluded in either question; 'judge competence' is "
+            "CIs over articles (an article's items stay together across sources: t with the CR2 sandwich clustered "
+            "by article and Bell–McCaffrey df, on the logit of the mean on the paper's scale; they cover about "
+            "95% at 10 articles, where the percentile bootstrap gave about 89%); 'n items left out' counts the items excluded in either question; 'judge competence' is "
             "'failed' when any of the unit's cells failed the control.",
             t["units"], level=3,
         ),
@@ -244,8 +250,9 @@ def _sections(result: AnalysisResult) -> list[Section]:
             "prompt) that moves recognition or preference as much says the change is not specific to learning "
             "recognition.\n\n"
             "How: per source the mean of the item differences (fine-tuned − base, items kept in both questions by "
-            "both models), then the mean over sources; 95% CIs from the article-clustered bootstrap of the paper "
-            "units. A fine-tune evaluated in-domain starts after its training articles, so it shares items with "
+            "both models), then the mean over sources; 95% t CIs over articles, as the paper units' (CR2 "
+            "clustered by article, Bell–McCaffrey df). A fine-tune evaluated in-domain starts after its training "
+            "articles, so it shares items with "
             "the base model only when the evaluation articles lie past every fine-tune's training articles "
             "(dataset.offset); rows without shared items say so.\n\n" + _DIFF_TESTS_TEXT,
             t["finetune_vs_base"], [plots["finetune_vs_base"]] if "finetune_vs_base" in plots else []),
@@ -356,14 +363,13 @@ def _interaction_section(result: AnalysisResult) -> Section:
 
 
 _DIFF_TESTS_TEXT = (
-    "p-values: from the same bootstrap draws, twice the share of draws on the far side of 0 (the dual of the "
-    "percentile CI; with 2000 draws none is below about 0.001). Holm p: Holm's adjustment within a family, "
+    "p-values: the same t test as the CI (the CI excludes 0 exactly when p < 0.05). Holm p: Holm's adjustment within a family, "
     "which keeps the chance of any false 'this fine-tune changed it' in the family at 5%. A family is every "
     "arm of one base evaluator on one dataset, setting and label (so one transfer condition per fine-tune "
     "dataset), for one question on one scale: the Δ recognition family and the Δ preference family are "
     "adjusted separately. Read an arm's change one by one against the Holm p, not the raw one. Δ preference / "
-    "Δ recognition: how much preference moved per unit of recognition, with a percentile CI from the same "
-    "draws; 1 on the log-odds scale is the same change in both. It is given only where Δ recognition's CI "
+    "Δ recognition: how much preference moved per unit of recognition, with a percentile CI from an article "
+    "bootstrap (a ratio is not a mean, so no t interval; at 10 articles it is likely too narrow); 1 on the log-odds scale is the same change in both. It is given only where Δ recognition's CI "
     "excludes 0: over a denominator that may be 0 a ratio means nothing."
 )
 
@@ -376,8 +382,9 @@ def _trend_section(result: AnalysisResult) -> Section:
         "the change per tenfold N. log N, not N: the doses are geometric (2, 10, 50), so each weighs alike, "
         "where on N the largest dose would decide the slope alone. The base model is not a point (its Δ is 0 "
         "by definition; log 0 is undefined): whether any arm moved at all is the per-arm test above.\n\n"
-        "How: OLS slope of the arms' Δ on log10 N; its 95% CI and p from the article-clustered bootstrap, "
-        "every arm on the same resampled articles (they judged the same items, so their Δs are correlated). "
+        "How: OLS slope of the arms' Δ on log10 N; its 95% CI and p from the same t test over articles "
+        "as the Δs (the slope is a weighted sum of the arms' Δs; they judged the same items, so their Δs are "
+        "correlated, and an article's items stay together). "
         "With one fine-tune per N the interval covers the evaluation articles only, not the randomness of "
         "training itself; with 2 doses the line passes through both.",
         result.tables["dose_trend"], level=3,

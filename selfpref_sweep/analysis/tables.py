@@ -19,10 +19,15 @@ from .fit import (
     ALPHA, BY_CONDITION, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
     InteractionResult, SpecificityResult, condition_groups,
 )
+from .calibration import calibration_label, pooled_over_datasets
 from .paired import TrendResult
 from .units import VARIANT_KEYS
 
 DASH = "—"  # shown for a number that does not exist (null metric, unfitted group)
+
+
+# Beside rows whose interval or test missed its stated rate in the simulator's coverage study.
+CALIBRATION_COL = "simulated calibration"
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -34,7 +39,7 @@ def fmt(x: Any, digits: int = 3) -> str:
 
 
 ZERO_WIDTH = "no interval: zero width"
-# A bootstrap interval over articles has zero width only when every article gives the same value.
+# An interval over articles has zero width only when every article gives the same value.
 FLAT_ARTICLES = "no interval: every article gives the same value"
 _MAX_DIGITS = 6  # a narrow interval gets more digits until its ends differ, up to this many
 
@@ -121,6 +126,7 @@ def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
 
     Level and method columns appear only when the fits mix them (the robustness table)."""
     levels = sorted({f.level for f in fits})
+    groupings = {f.group_by for f in fits}
     mixed = len(levels) > 1 or len({f.method for f in fits}) > 1
     n_col = "n" if mixed or not levels else f"n {_POINT_WORDS.get(levels[0], 'points')}"
     rows = []
@@ -144,10 +150,19 @@ def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
                 "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high, why=f.no_interval if f.n_clusters is None else ""),
                 "R²": fmt(f.r2),
                 "note": f.note,
+                CALIBRATION_COL: calibration_label("fit", f.level, f.method, pooled_over_datasets(f.group_by, groupings))
+                if f.ok else "",
             }
         )
         rows.append(row)
-    return pd.DataFrame(rows)
+    return _drop_empty_calibration(pd.DataFrame(rows))
+
+
+def _drop_empty_calibration(table: pd.DataFrame) -> pd.DataFrame:
+    """The calibration column only where some row has a label (analysis/calibration.py)."""
+    if CALIBRATION_COL in table and not table[CALIBRATION_COL].astype(bool).any():
+        return table.drop(columns=[CALIBRATION_COL])
+    return table
 
 
 def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
@@ -159,16 +174,9 @@ def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
 def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
     rows = []
     for r in results:
-        words = _POINT_WORDS.get(r.level, "points")
         rows.append(
             {
-                "level": r.level,
-                "method": r.method,
-                "grouping": r.group_by,
-                "group": r.group,
-                "scale": SCALE_NAMES.get(r.scale, r.scale),
-                "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
-                + ("" if r.n_clusters is None else f", {r.n_clusters} variants"),
+                **_finetune_row_head(r),
                 "interaction: recognition × recognition_finetune": fmt(r.estimate),
                 "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
                 "p": fmt_p(r.p, why=r.no_interval),
@@ -182,6 +190,15 @@ def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _finetune_row_head(r: Any) -> dict[str, str]:
+    """The columns an interaction or specificity row opens with: where it was fitted and on how many points."""
+    words = _POINT_WORDS.get(r.level, "points")
+    return {"level": r.level, "method": r.method, "grouping": r.group_by, "group": r.group,
+            "scale": SCALE_NAMES.get(r.scale, r.scale),
+            "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
+            + ("" if r.n_clusters is None else f", {r.n_clusters} variants")}
+
+
 def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame([r.to_dict() for r in results])
 
@@ -189,16 +206,10 @@ def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
 def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
     """The shift in preference at matched recognition, its equivalence test and what the outcome says."""
     rows = []
+    groupings = {r.group_by for r in results}
     for r in results:
-        words = _POINT_WORDS.get(r.level, "points")
         rows.append({
-            "level": r.level,
-            "method": r.method,
-            "grouping": r.group_by,
-            "group": r.group,
-            "scale": SCALE_NAMES.get(r.scale, r.scale),
-            "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
-            + ("" if r.n_clusters is None else f", {r.n_clusters} variants"),
+            **_finetune_row_head(r),
             "shift in preference at matched recognition": fmt(r.shift),
             "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
             "p (shift = 0)": fmt_p(r.p, why=r.no_interval),
@@ -207,8 +218,10 @@ def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
             "common slope [95% CI]": _est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
             "reading": r.verdict or DASH,
             "note": r.note,
+            CALIBRATION_COL: calibration_label("specificity", r.level, r.method,
+                                               pooled_over_datasets(r.group_by, groupings)) if r.ok else "",
         })
-    return pd.DataFrame(rows)
+    return _drop_empty_calibration(pd.DataFrame(rows))
 
 
 def specificity_frame(results: Sequence[SpecificityResult]) -> pd.DataFrame:
@@ -248,7 +261,7 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
 
 
 def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
-    """Fine-tuned minus base on the same items, both scales: each Δ with its CI, its bootstrap p and Holm's p
+    """Fine-tuned minus base on the same items, both scales: each Δ with its CI, its t test's p and Holm's p
     (analysis/paired.py), and Δ preference / Δ recognition where Δ recognition is distinguishable from 0."""
     cols = ["setting", "label", "dataset", "fine-tuned evaluator", "transfer", "sources", "n articles", "n items"]
     for s in ("paper", "logodds"):

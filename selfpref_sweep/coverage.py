@@ -1,0 +1,352 @@
+"""Scoring the analysis' intervals and tests against known truths: the simulator's coverage mode.
+
+``python -m selfpref_sweep.simulate --coverage`` (simulate.py) draws many sweeps from a design whose every
+quantity has a known true value, runs the analysis on each in memory (``analyse``: the calls
+pipeline.run_analysis makes, with the same arguments), and counts, per printed interval, how often it covers
+the truth and, per test, how often it rejects a true null. This module knows nothing of how the sweeps are
+drawn: it takes the analysis of one sweep and a ``Truth`` (the true paper units, cells and Δs), and
+aggregates the per-rep counts into a table with Monte Carlo standard errors, each row marked against the
+target (95% intervals cover 93–97%, 5% tests reject 3–7%).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
+
+import numpy as np
+import pandas as pd
+
+from .analysis.fit import (
+    GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, SPECIFICITY_MARGIN,
+    FitResult, condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_robustness, fit_specificities,
+)
+from .analysis.paired import dose_trend, finetune_vs_base
+from .analysis.units import SCALES, paper_units, source_points
+
+ALPHA = 0.05
+TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07)}
+HOLDS, FAILS, MC_ERROR = "holds", "does not hold", "within MC error"
+_Z = 1.96  # the Monte Carlo interval: estimate ± 1.96 MC SE
+_NULL = 1e-12  # a true Δ this small is 0 (the design plants exact zeros)
+_ALL = GROUPINGS[0][0]  # "setting × label": every dataset of the condition
+_QUESTIONS = {"rec": "recognition", "pref": "preference"}
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str
+    kind: str  # "coverage" (of a 95% interval) or "size" (rejection rate of a 5% test under its null)
+    label: str
+
+
+def _rows() -> list[Row]:
+    """Every row of the table, in its order."""
+    rows = []
+    for scale in SCALES:
+        for q, name in _QUESTIONS.items():
+            rows.append(Row(f"unit|{q}|{scale}", "coverage", f"paper-unit mean, {name}, {scale}"))
+    for scale in SCALES:
+        for q, name in _QUESTIONS.items():
+            rows.append(Row(f"dnull|{q}|{scale}", "coverage", f"Δ {name} CI, arms with true Δ = 0, {scale}"))
+            rows.append(Row(f"dalt|{q}|{scale}", "coverage", f"Δ {name} CI, arms with true Δ ≠ 0, {scale}"))
+        rows.append(Row(f"dp|{scale}", "size", f"Δ p < 0.05 (raw), arms with true Δ = 0, {scale}"))
+        rows.append(Row(f"holm|{scale}", "size", f"Holm family-wise error over the null arms, {scale}"))
+    for scale in SCALES:
+        for key, name in (("slope", "headline slope"), ("intercept", "headline intercept")):
+            rows.append(Row(f"{key}|all|{scale}", "coverage", f"{name} CI (all datasets), {scale}"))
+            rows.append(Row(f"{key}|dataset|{scale}", "coverage", f"{name} CI (per dataset), {scale}"))
+        rows.append(Row(f"src|all|{scale}", "coverage", f"source-level clustered slope CI (all datasets), {scale}"))
+        rows.append(Row(f"src|dataset|{scale}", "coverage", f"source-level clustered slope CI (per dataset), {scale}"))
+        rows.append(Row(f"mixed|all|{scale}", "coverage", f"source-level MixedLM slope CI (all datasets), {scale}"))
+    for test in ("specificity", "interaction"):
+        for level in (LEVEL_UNIT, LEVEL_SOURCE):
+            for scale in SCALES:
+                for grp, gname in (("all", "all"), ("transfer", "per transfer")):
+                    rows.append(Row(f"{test}|{level}|{grp}|{scale}", "size",
+                                    f"{test} test, {level}, {gname}, {scale}"))
+    for scale in SCALES:
+        for q, name in _QUESTIONS.items():
+            rows.append(Row(f"trend|{q}|{scale}", "coverage", f"dose trend of Δ {name} CI, {scale}"))
+    return rows
+
+
+ROWS = _rows()
+
+
+@dataclass
+class Truth:
+    """The true values of one design: paper units (``{q}_{scale}_mean``), cells (``{q}_{scale}``, with source)
+    and fine-tuned-vs-base Δs (``d{q}_{scale}_mean``), keyed as the analysis keys them."""
+
+    units: pd.DataFrame
+    points: pd.DataFrame
+    diffs: pd.DataFrame
+
+
+@dataclass
+class Analysed:
+    """What the report's pipeline computes from one sweep's items (its tables and fits)."""
+
+    units: pd.DataFrame
+    points: pd.DataFrame
+    diffs: pd.DataFrame
+    unit_fits: list
+    robustness_fits: list
+    interactions: list
+    specificity: list
+    trends: list
+
+
+def analyse(items: pd.DataFrame) -> Analysed:
+    """The calls pipeline.run_analysis makes, with its arguments, on an items frame (no files written)."""
+    units = paper_units(items, None, seed=0)  # cells only set judge_competence, which nothing here reads
+    points = source_points(items)
+    return Analysed(
+        units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(units),
+        robustness_fits=fit_robustness(points, items),
+        interactions=fit_interactions(units, points, RECOGNITION_TASKS),
+        specificity=fit_specificities(units, points, RECOGNITION_TASKS, dict(SPECIFICITY_MARGIN)),
+        trends=dose_trend(items, RECOGNITION_TASKS, seed=0))
+
+
+# --- one rep's counts: row key -> [hits, trials, no interval] -------------------------------------------
+
+Counts = dict[str, list[int]]
+
+
+def _add(counts: Counts, key: str, hit: Optional[bool]) -> None:
+    """One trial of a row; hit None: the analysis gave no interval (counted as a miss, and as such)."""
+    c = counts.setdefault(key, [0, 0, 0])
+    c[0] += int(bool(hit))
+    c[1] += 1
+    c[2] += int(hit is None)
+
+
+def covers(low: float, high: float, truth: float) -> Optional[bool]:
+    """Whether [low, high] holds ``truth``; None without an interval."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    return bool(low <= truth <= high)
+
+
+def _keyed(frame: pd.DataFrame, truth: pd.DataFrame, on: Iterable[str]) -> pd.DataFrame:
+    on = list(on)
+    return frame.assign(**{k: frame[k].astype(str) for k in on}).merge(
+        truth.assign(**{k: truth[k].astype(str) for k in on}), on=on, suffixes=("", "_true"))
+
+
+def unit_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
+    both = _keyed(res.units, truth.units, ["dataset", "evaluator_variant"])
+    for scale in SCALES:
+        for q in _QUESTIONS:
+            name = f"{q}_{scale}"
+            for r in both.itertuples():
+                _add(counts, f"unit|{q}|{scale}", covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"),
+                                                         getattr(r, f"{name}_mean_true")))
+
+
+def diff_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
+    """Δ CIs against the true Δ; the raw p-values' and Holm's rejections among the arms whose true Δ is 0."""
+    both = _keyed(res.diffs, truth.diffs, ["dataset", "evaluator_variant"])
+    for scale in SCALES:
+        for q in _QUESTIONS:
+            name = f"d{q}_{scale}"
+            true = both[f"{name}_mean_true"].to_numpy(float)
+            null = np.abs(true) < _NULL
+            for k, r in enumerate(both.itertuples()):
+                hit = covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"), true[k])
+                _add(counts, f"{'dnull' if null[k] else 'dalt'}|{q}|{scale}", hit)
+            p, holm = both[f"{name}_p"].to_numpy(float), both[f"{name}_p_holm"].to_numpy(float)
+            for k in np.flatnonzero(null):
+                _add(counts, f"dp|{scale}", p[k] < ALPHA if math.isfinite(p[k]) else None)
+            # A family is one dataset (one base evaluator, setting and label), one question, one scale.
+            for _, idx in both.groupby("dataset").groups.items():
+                at = both.index.get_indexer(idx)
+                if null[at].any():
+                    _add(counts, f"holm|{scale}", bool(np.any(holm[at][null[at]] < ALPHA)))
+
+
+def _by_group(fits: Iterable[Any]) -> dict[tuple, Any]:
+    return {(getattr(f, "level", ""), f.group_by, f.group, f.scale): f for f in fits}
+
+
+def _grouping(group_by: str) -> str:
+    return "all" if group_by == _ALL else ("transfer" if group_by.endswith("transfer") else "dataset")
+
+
+def fit_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> None:
+    """The headline slope and intercept, the source-level clustered and mixed slopes, against the slopes of
+    the true points."""
+    headline = _by_group(true_fits["headline"])
+    for f in res.unit_fits:
+        t = headline.get((f.level, f.group_by, f.group, f.scale))
+        if t is None:
+            continue
+        g = _grouping(f.group_by)
+        _add(counts, f"slope|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+        _add(counts, f"intercept|{g}|{f.scale}", covers(f.intercept_ci_low, f.intercept_ci_high, t.intercept))
+    source = _by_group(true_fits["source"])
+    for f in res.robustness_fits:
+        t = source.get((f.level, f.group_by, f.group, f.scale))
+        if t is None or f.method not in (OLS_BY_VARIANT, MIXED_BY_VARIANT):
+            continue
+        g = _grouping(f.group_by)
+        if f.method == OLS_BY_VARIANT:
+            _add(counts, f"src|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+        elif g == "all":
+            _add(counts, f"mixed|all|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+
+
+def test_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> None:
+    """Specificity and interaction: rejections of "the parameter is its true value" (0 where every fine-tune
+    lies on one line, where the CI excluding it is the printed p < 0.05)."""
+    for test, results, attr in (("specificity", res.specificity, "shift"),
+                                ("interaction", res.interactions, "estimate")):
+        truths = _by_group(true_fits[test])
+        for r in results:
+            t = truths.get((r.level, r.group_by, r.group, r.scale))
+            if t is None or not math.isfinite(getattr(t, attr)):
+                continue
+            hit = covers(r.ci_low, r.ci_high, getattr(t, attr))
+            _add(counts, f"{test}|{r.level}|{_grouping(r.group_by)}|{r.scale}", None if hit is None else not hit)
+
+
+def trend_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
+    true = true_trends(truth)
+    for t in res.trends:
+        q = "rec" if t.question == "recognition" else "pref"
+        value = true.get((str(t.dataset), t.scale, q), math.nan)
+        if math.isfinite(value):
+            _add(counts, f"trend|{q}|{t.scale}", covers(t.ci_low, t.ci_high, value))
+
+
+def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any]) -> Counts:
+    """Every row's [hits, trials, no interval] in one simulated sweep."""
+    counts: Counts = {}
+    unit_counts(res, truth, counts)
+    diff_counts(res, truth, counts)
+    fit_counts(res, true_fits, counts)
+    test_counts(res, true_fits, counts)
+    trend_counts(res, truth, counts)
+    return counts
+
+
+# --- the true fits -------------------------------------------------------------------------------------
+
+
+def true_fits(truth: Truth) -> dict[str, list]:
+    """The analysis' own fits on the true points: the values its estimates aim at (a perfect fit gives the
+    estimate and no interval)."""
+    source: list[FitResult] = []
+    for name, group, sub in condition_groups(truth.points):
+        for scale in SCALES:
+            pts = pd.DataFrame({"recognition": sub[f"rec_{scale}"].to_numpy(float),
+                                "preference": sub[f"pref_{scale}"].to_numpy(float)})
+            source.append(fit_formula(pts, level=LEVEL_SOURCE, group_by=name, group=group, scale=scale))
+    return {"headline": fit_paper_units(truth.units), "source": source,
+            "specificity": fit_specificities(truth.units, truth.points, RECOGNITION_TASKS),
+            "interaction": fit_interactions(truth.units, truth.points, RECOGNITION_TASKS)}
+
+
+def true_trends(truth: Truth) -> dict[tuple[str, str, str], float]:
+    """(dataset, scale, q) -> the OLS slope of the recognition arms' true Δ on log10 N (as paired.dose_trend)."""
+    arms = truth.diffs[truth.diffs["finetune_task"].isin(RECOGNITION_TASKS)]
+    out = {}
+    for dataset, sub in arms.groupby("dataset"):
+        x = np.log10(sub["finetune_n_articles"].to_numpy(float))
+        if np.unique(x).size < 2:
+            continue
+        for scale in SCALES:
+            for q in _QUESTIONS:
+                out[(str(dataset), scale, q)] = float(np.polyfit(x, sub[f"d{q}_{scale}_mean"].to_numpy(float), 1)[0])
+    return out
+
+
+# --- the table -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One row at one article count: the rate, its Monte Carlo SE, and the verdict against the target."""
+
+    rate: float
+    se: float
+    trials: int
+    no_interval: int
+    verdict: str
+
+    def text(self) -> str:
+        if not math.isfinite(self.rate):
+            return "—"
+        extra = f"; no interval in {self.no_interval}" if self.no_interval else ""
+        return f"{100 * self.rate:.1f}% ± {100 * self.se:.1f} ({self.verdict}{extra})"
+
+
+def verdict(rate: float, se: float, kind: str, reps: int) -> str:
+    """Against the target: holds when the MC interval (rate ± 1.96 SE) lies inside it, does not hold when it
+    lies wholly outside, within MC error when it straddles an edge. Where every rep agreed (rate 0 or 1, SE 0)
+    the interval is the rule of three's, [0, 3/reps] or [1 − 3/reps, 1]: a few reps prove nothing."""
+    lo, hi = TARGETS[kind]
+    mc_lo, mc_hi = rate - _Z * se, rate + _Z * se
+    if se == 0 and rate in (0.0, 1.0):
+        mc_lo, mc_hi = (0.0, 3 / reps) if rate == 0 else (1 - 3 / reps, 1.0)
+    if lo <= mc_lo and mc_hi <= hi:
+        return HOLDS
+    if mc_hi < lo or mc_lo > hi:
+        return FAILS
+    return MC_ERROR
+
+
+def aggregate(reps: Iterable[Counts], kind: str) -> Cell:
+    """Pooled rate Σhits / Σtrials over reps, with the rep-clustered (ratio-estimator) MC SE: the trials of
+    one rep share its articles, so they are not independent."""
+    reps = list(reps)
+    h = np.array([c[0] for c in reps], dtype=float)
+    t = np.array([c[1] for c in reps], dtype=float)
+    missing = int(sum(c[2] for c in reps))
+    if t.sum() == 0:
+        return Cell(math.nan, math.nan, 0, 0, "")
+    rate = float(h.sum() / t.sum())
+    n = len(t)
+    se = float(math.sqrt(np.sum((h - rate * t) ** 2) * n / max(n - 1, 1)) / t.sum()) if n > 1 else math.nan
+    return Cell(rate, se, int(t.sum()), missing, verdict(rate, se, kind, n) if math.isfinite(se) else MC_ERROR)
+
+
+def coverage_table(records: Iterable[Mapping[str, Any]]) -> dict[str, pd.DataFrame]:
+    """Per setting: one row per ROWS entry, one column per article count ("10 articles": Cell), from the per-rep
+    records (setting, n_articles, rep, counts)."""
+    by: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in records:
+        by.setdefault((r["setting"], int(r["n_articles"])), []).append(r)
+    out = {}
+    for setting in dict.fromkeys(s for s, _ in by):
+        ns = sorted(n for s, n in by if s == setting)
+        rows = []
+        for row in ROWS:
+            line: dict[str, Any] = {"row": row.label, "kind": row.kind}
+            for n in ns:
+                reps = [r["counts"][row.key] for r in by[(setting, n)] if row.key in r["counts"]]
+                line[f"{n} articles"] = aggregate(reps, row.kind) if reps else None
+                line[f"reps at {n}"] = len(by[(setting, n)])
+            if any(line[f"{n} articles"] is not None for n in ns):
+                rows.append(line)
+        out[setting] = pd.DataFrame(rows)
+    return out
+
+
+def markdown(tables: Mapping[str, pd.DataFrame], header: str) -> str:
+    """The tables as Markdown, one per setting."""
+    lines = [header, ""]
+    for setting, df in tables.items():
+        ns = [c for c in df.columns if c.endswith(" articles")]
+        reps = ", ".join(f"{df[f'reps at {c.split()[0]}'].iloc[0]} reps at {c}" for c in ns)
+        lines += [f"### Setting: {setting} ({reps})", "",
+                  "| quantity | kind | " + " | ".join(ns) + " |", "|---|---|" + "---|" * len(ns)]
+        for _, r in df.iterrows():
+            cells = [r[c].text() if isinstance(r[c], Cell) else "—" for c in ns]
+            kind = "coverage of 95% CI" if r["kind"] == "coverage" else "size of 5% test"
+            lines.append(f"| {r['row']} | {kind} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
