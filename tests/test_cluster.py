@@ -13,8 +13,9 @@ CELLS = ["source=human,fake_other", "setting=pairwise,individual"]  # 4 cells
 
 
 def sweep(tmp_path, name, store, *overrides):
+    # Ray would try to report usage statistics unless told not to.
     env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "WANDB_MODE": "disabled", "SELFPREF_STORE": str(store),
-           "RAY_DEDUP_LOGS": "0"}
+           "RAY_DEDUP_LOGS": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
            "dataset.n_articles=3", "show_progress=false", "hydra.callbacks.analysis.enabled=false",
            f"hydra.sweep.dir={tmp_path / name}", "hydra.sweep.subdir=${hydra.job.override_dirname}", *overrides]

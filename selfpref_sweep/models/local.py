@@ -549,7 +549,8 @@ def _cache_bytes(cache) -> int:
 def _returned_cache(out):
     """The KV cache a forward returned: `cache` in transformers 5.x (reading `past_key_values` warns there),
     `past_key_values` before."""
-    return out["cache"] if "cache" in out else out["past_key_values"]
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else getattr(out, "past_key_values", None)
 
 
 def _croppable(cache) -> bool:
