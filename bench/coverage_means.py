@@ -1,6 +1,6 @@
 """Coverage of 95% intervals for a paper unit's mean and a fine-tuned arm's Δ at 10 and 20 articles.
 
-Issue 23: the article-clustered percentile bootstrap that gave the paper units' and the Δs' CIs covered
+The article-clustered percentile bootstrap that gave the paper units' and the Δs' CIs covered
 about 90% at 10 articles. This bench draws sweeps with a known truth and counts how often each candidate
 interval holds it:
 

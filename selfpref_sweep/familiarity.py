@@ -23,7 +23,7 @@ from .errors import ConfigError
 from .models import backend_class
 from .models.base import SequenceLogprobs, SequenceRequest
 from .pairs import Pair
-from .scoring import bootstrap_mean
+from .scoring import article_mean
 from .summaries import generation_request
 
 FIELD = "familiarity"  # the item's and summary.json's key
@@ -107,7 +107,7 @@ def summarize_familiarity(stage: FamiliarityStage, n_items: int, n_resamples: in
                           seed: int) -> Dict[str, Any]:
     """summary.json's familiarity block: mean own - other log-likelihood per token, and the likelihood
     recognizer's accuracy (share of items whose own summary is the likelier; a tie counts ½), each with an
-    article-level bootstrap CI."""
+    article-clustered t CI (scoring.article_mean)."""
     if not stage.enabled:
         return {"enabled": False, "reason": stage.reason}
     scored = {aid: r for aid, r in stage.records.items() if r is not None}
@@ -116,8 +116,8 @@ def summarize_familiarity(stage: FamiliarityStage, n_items: int, n_resamples: in
     wins = [1.0 if d > 0 else 0.5 if d == 0 else 0.0 for d in diffs]
     return {"enabled": True, "reason": stage.reason,
             "mean_own": _mean([scored[a][OWN] for a in ids]), "mean_other": _mean([scored[a][OTHER] for a in ids]),
-            "mean_difference": bootstrap_mean(diffs, ids, n_resamples, confidence, seed),
-            "likelihood_recognition": bootstrap_mean(wins, ids, n_resamples, confidence, seed),
+            "mean_difference": article_mean(diffs, ids, confidence),
+            "likelihood_recognition": article_mean(wins, ids, confidence, bounded=True),
             "n": len(ids), "n_missing": n_items - len(ids)}
 
 

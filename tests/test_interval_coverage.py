@@ -1,4 +1,4 @@
-"""Issue 23: the paper units' and the fine-tuned arms' Δ CIs hold 95% at 10 articles.
+"""The paper units' and the fine-tuned arms' Δ CIs hold 95% at 10 articles.
 
 The article-clustered percentile bootstrap they replaced is about ±1.86 SE at 10 articles where t(9) gives
 ±2.26, and covered about 89%. Each test draws REPS sweeps of 10 articles × 2 sources (one item per source and

@@ -2,9 +2,10 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, bootstrap_mean, score_order, score_pair,
+from selfpref_sweep.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, article_mean, score_order, score_pair,
                                     summarize_question)
 
 
@@ -64,33 +65,33 @@ def test_missing_answer_key_counts_as_zero():
     assert o.p_own == 0.0 and o.mass == pytest.approx(0.4)
 
 
-def test_bootstrap_resamples_articles_not_items():
-    # Two articles: one with many identical items, one with a single item. Item-level resampling
-    # would weight the big article's value; article-level draws give every article equal odds.
+def test_the_interval_counts_articles_not_items():
+    # Two articles: one with many identical items, one with a single item. Items treated as independent
+    # would give a tight interval around 50/51; over 2 articles the interval is wide.
     values = [1.0] * 50 + [0.0]
     groups = ["a"] * 50 + ["b"]
-    stats = bootstrap_mean(values, groups, n_resamples=4000, confidence=0.95, seed=0)
+    stats = article_mean(values, groups, confidence=0.95)
     assert stats["mean"] == pytest.approx(50 / 51)
-    assert stats["ci_low"] == pytest.approx(0.0)  # drawing only article b is possible (p = 1/4)
-    assert stats["ci_high"] == pytest.approx(1.0)
+    item_level_half = 1.96 * np.std(values, ddof=1) / math.sqrt(len(values))
+    assert stats["ci_high"] - stats["ci_low"] > 10 * 2 * item_level_half
 
 
-def test_bootstrap_ci_brackets_mean_and_is_seeded():
+def test_one_item_per_article_is_the_t_interval_over_articles():
     rng = np.random.default_rng(1)
-    vals = list(rng.uniform(0.4, 0.9, size=40))
-    groups = [str(i) for i in range(40)]
-    a = bootstrap_mean(vals, groups, 1000, 0.95, seed=3)
-    b = bootstrap_mean(vals, groups, 1000, 0.95, seed=3)
-    assert a == b
-    assert a["ci_low"] < a["mean"] < a["ci_high"]
-    # roughly mean +- 1.96 sd/sqrt(n)
-    half = 1.96 * np.std(vals, ddof=1) / math.sqrt(40)
-    assert a["ci_high"] - a["ci_low"] == pytest.approx(2 * half, rel=0.2)
+    vals = list(rng.uniform(0.4, 0.9, size=10))
+    groups = [str(i) for i in range(10)]
+    got = article_mean(vals, groups, 0.95)
+    low, high = scipy_stats.t.interval(0.95, 9, loc=np.mean(vals), scale=scipy_stats.sem(vals))
+    assert got["mean"] == pytest.approx(np.mean(vals))
+    assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    bounded = article_mean(vals, groups, 0.95, bounded=True)  # on the logit scale: asymmetric, inside [0, 1]
+    assert 0 < bounded["ci_low"] < bounded["mean"] < bounded["ci_high"] < 1
+    assert bounded["ci_high"] - bounded["mean"] != pytest.approx(bounded["mean"] - bounded["ci_low"])
 
 
-def test_bootstrap_degenerate_inputs():
-    assert bootstrap_mean([], [], 100, 0.95, 0) == {"mean": None, "ci_low": None, "ci_high": None}
-    one = bootstrap_mean([0.7, 0.8], ["x", "x"], 100, 0.95, 0)
+def test_interval_degenerate_inputs():
+    assert article_mean([], [], 0.95) == {"mean": None, "ci_low": None, "ci_high": None}
+    one = article_mean([0.7, 0.8], ["x", "x"], 0.95)
     assert one["mean"] == pytest.approx(0.75) and one["ci_low"] is None
 
 

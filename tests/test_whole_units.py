@@ -1,4 +1,4 @@
-"""Whole units and machine keys (issue 23 item 7).
+"""Whole units and machine keys.
 
 A unit whose cells do not all carry a field gets no value for it (never the mean over the other sources), and
 says which cells lack it; the report warns. Every CSV row and regressions.json entry carries plain machine

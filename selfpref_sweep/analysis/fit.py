@@ -40,7 +40,7 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.regression.mixed_linear_model import MixedLM
 from scipy import stats
 
-from .clustered import ClusteredOLS, Estimate, too_few_clusters
+from ..clustered import ClusteredOLS, Estimate, too_few_clusters
 from .units import SCALES, key_frame
 
 ALPHA = 0.05  # 95% intervals everywhere

@@ -11,7 +11,7 @@ not fine-tuned, on the same dataset, setting and label. Only items kept in both 
 enter; per source the mean of the item differences, then the mean over sources (as the paper unit averages
 sources); the 95% CI is the paper units' t interval over articles (units.unit_t: each article's contribution
 to the Δ, mean ± t(articles − 1)·SE), which holds 95% at 10 articles where the percentile bootstrap gave
-about 90% (issue 23, bench/coverage_means.py). A fine-tune evaluated
+about 90% (bench/coverage_means.py). A fine-tune evaluated
 in-domain starts after its training articles, so it shares items with the base model only when the
 evaluation articles were placed past every fine-tune's training articles (`dataset.offset`); without shared
 items the row says so instead of comparing different articles.

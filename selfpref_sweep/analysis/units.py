@@ -8,7 +8,7 @@
 Both means of a point come from the same items: an item excluded in either question is left out of both,
 and counted. The paper unit's CIs are t intervals with articles as the clusters (unit_t: the CR2 sandwich and
 Bell–McCaffrey df of clustered.py, so the items one article contributes across sources stay together; on the
-paper's scale taken on the logit of the mean). Issue 23 found the article-clustered percentile bootstrap used
+paper's scale taken on the logit of the mean). A coverage study found the article-clustered percentile bootstrap used
 before covering about 89% at 10 articles: it is about ±1.86 SE where t(9) gives ±2.26.
 bench/coverage_means.py compared it with BCa (as short), bootstrap-t (holds, but 1.1-1.5× wider, random, and
 calls a null Δ on the paper's scale changed 7%) and t on article means (the same as this with one item per
@@ -29,9 +29,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.special import expit, logit
 
-from .clustered import ClusteredOLS
+from ..clustered import cell_means_t, logit_interval
 
 # The unit's coordinates; setting and label come first because nothing is ever pooled across them.
 UNIT_KEYS: tuple[str, ...] = ("setting", "label", "dataset", "evaluator_variant")
@@ -110,24 +109,6 @@ def _unit_stat(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarr
         return np.nanmean(sums.sum(axis=axis) / counts.sum(axis=axis), axis=0)
 
 
-def cell_means_t(values: np.ndarray, cells: np.ndarray, articles: np.ndarray, weights: np.ndarray,
-                 confidence: float) -> tuple[float, float, float, float]:
-    """Σ_c weights[c]·(mean of the items of cell c), with its CI and p-value over articles: OLS of the items on
-    cell dummies, the CR2 sandwich clustered by article and a t with Bell–McCaffrey df (clustered.py). With the
-    same item count in every (cell, article) this is exactly t(articles − 1) on each article's weighted mean
-    over cells; where exclusions leave counts unequal, CR2 and the df keep the coverage (a plain t on the
-    articles' linearised contributions fell to 94% at 10% excluded items, 88% at 30%). Returns (estimate,
-    low, high, p), so the CI excludes 0 exactly when p < 1 − confidence; NaN interval with fewer than 2
-    articles; where every article gives the same value, a zero-width CI (the tables say so) and no p."""
-    est = float(np.bincount(cells, values) @ (weights / np.bincount(cells, minlength=weights.size)))
-    if np.unique(articles).size < 2:
-        return est, math.nan, math.nan, math.nan
-    fit = ClusteredOLS(np.eye(weights.size)[cells], values, articles).contrast(weights, alpha=1 - confidence)
-    if not fit.se > 1e-12 * max(1.0, abs(est)):  # rounding noise of equal values, not spread
-        return est, est, est, math.nan
-    return est, fit.ci_low, fit.ci_high, fit.p
-
-
 def unit_t(sub: pd.DataFrame, value_col: str, confidence: float,
            bounded: bool = False) -> tuple[float, float, float]:
     """The CI and p-value (cell_means_t) of the unit's mean over sources of per-source item means of
@@ -142,10 +123,8 @@ def unit_t(sub: pd.DataFrame, value_col: str, confidence: float,
     _, cells = np.unique(sub["source"].to_numpy(str)[ok], return_inverse=True)
     weights = np.full(cells.max() + 1, 1.0 / (cells.max() + 1))
     est, low, high, p = cell_means_t(values[ok], cells, sub["article_id"].to_numpy(str)[ok], weights, confidence)
-    if bounded and 0 < est < 1 and low < high:
-        # delta method: the SE of logit(mean) is SE / (m(1 − m)); the df stay.
-        half = (high - low) / 2 / (est * (1 - est))
-        low, high = float(expit(logit(est) - half)), float(expit(logit(est) + half))
+    if bounded:
+        low, high = logit_interval(est, low, high)
     return low, high, p
 
 

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.special import expit, logit
 
 MIN_CLUSTERS = 4  # below this the BM degrees of freedom fall under ~2, where t intervals stop meaning much
 MIN_CLUSTERS_PER_ARM = 3  # a cluster-constant regressor with 2 clusters on one side cannot hold its size
@@ -123,3 +124,44 @@ def too_few_clusters(groups: Sequence, arm: Sequence[bool] | None = None, arm_na
         return (f"{TOO_FEW} ({' and '.join(short)} cluster(s); a regressor constant within clusters needs at "
                 f"least {MIN_CLUSTERS_PER_ARM} on each side)")
     return ""
+
+
+def cell_means_t(values: np.ndarray, cells: np.ndarray, articles: np.ndarray, weights: np.ndarray,
+                 confidence: float) -> tuple[float, float, float, float]:
+    """Σ_c weights[c]·(mean of the items of cell c), with its CI and p-value over articles: OLS of the items on
+    cell dummies, the CR2 sandwich clustered by article and a t with Bell–McCaffrey df (ClusteredOLS). With the
+    same item count in every (cell, article) this is exactly t(articles − 1) on each article's weighted mean
+    over cells; where exclusions leave counts unequal, CR2 and the df keep the coverage (a plain t on the
+    articles' linearised contributions fell to 94% at 10% excluded items, 88% at 30%). Returns (estimate,
+    low, high, p), so the CI excludes 0 exactly when p < 1 − confidence; NaN interval with fewer than 2
+    articles; where every article gives the same value, a zero-width CI (the tables say so) and no p."""
+    est = float(np.bincount(cells, values) @ (weights / np.bincount(cells, minlength=weights.size)))
+    if np.unique(articles).size < 2:
+        return est, math.nan, math.nan, math.nan
+    fit = ClusteredOLS(np.eye(weights.size)[cells], values, articles).contrast(weights, alpha=1 - confidence)
+    if not fit.se > 1e-12 * max(1.0, abs(est)):  # rounding noise of equal values, not spread
+        return est, est, est, math.nan
+    return est, fit.ci_low, fit.ci_high, fit.p
+
+
+def logit_interval(est: float, low: float, high: float) -> tuple[float, float]:
+    """A mean in [0, 1]'s interval taken on the logit scale and mapped back (delta method: the SE of logit(m)
+    is SE / (m(1 − m)); the df stay): it stays inside [0, 1] and gives a mean near a bound its longer tail
+    (93-94% at 10 and 20 articles for a skewed mean at 0.85, where the plain interval gave 91-93%:
+    bench/coverage_means.py). Unchanged where it cannot apply (a mean at 0 or 1, no spread)."""
+    if not (0 < est < 1 and low < high):
+        return low, high
+    half = (high - low) / 2 / (est * (1 - est))
+    return float(expit(logit(est) - half)), float(expit(logit(est) + half))
+
+
+def article_mean_ci(values: Sequence[float], articles: Sequence[str], confidence: float,
+                    bounded: bool = False) -> tuple[float, float, float]:
+    """The item mean of one cell with its CI over articles (cell_means_t with one cell: CR2 clustered by
+    article, Bell–McCaffrey df; with one item per article, t(articles − 1) on the items). ``bounded``: a
+    quantity in [0, 1], whose interval is taken on the logit scale (logit_interval). NaN CI with fewer than
+    2 articles."""
+    vals = np.asarray(values, dtype=float)
+    est, low, high, _ = cell_means_t(vals, np.zeros(vals.size, dtype=int), np.asarray(articles, dtype=str),
+                                     np.ones(1), confidence)
+    return (est, *logit_interval(est, low, high)) if bounded else (est, low, high)
