@@ -108,10 +108,10 @@ class Store:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute(sql, params)
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)  # a retry must start a transaction of its own
             raise
-        conn.execute("COMMIT")
 
     def __len__(self) -> int:
         return self._connect().execute("SELECT COUNT(*) FROM calls").fetchone()[0]
@@ -121,6 +121,11 @@ class Store:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
 
 
 @dataclass(frozen=True)
@@ -168,10 +173,10 @@ def _merge_one(target: Store, source: Path) -> MergeReport:
                 "SELECT COUNT(*), SUM(d.value IS s.value), SUM(d.key IS NOT NULL AND d.value IS NOT s.value) "
                 "FROM src.calls s LEFT JOIN main.calls d ON d.key = s.key").fetchone()
             added = conn.execute("INSERT OR IGNORE INTO main.calls SELECT * FROM src.calls").rowcount
+            conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
-        conn.execute("COMMIT")
     finally:
         conn.execute("DETACH DATABASE src")
     return MergeReport(str(source), rows, added, same or 0, conflicts or 0)
