@@ -18,12 +18,12 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
+from .analysis.estimates import Estimates, estimate
 from .analysis.fit import (
-    GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, SPECIFICITY_MARGIN,
-    FitResult, condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_robustness, fit_specificities,
+    GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, FitResult,
+    condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_specificities,
 )
-from .analysis.paired import dose_trend, finetune_vs_base
-from .analysis.units import SCALES, paper_units, source_points
+from .analysis.units import SCALES
 
 ALPHA = 0.05
 TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07)}
@@ -85,30 +85,13 @@ class Truth:
     diffs: pd.DataFrame
 
 
-@dataclass
-class Analysed:
-    """What the report's pipeline computes from one sweep's items (its tables and fits)."""
-
-    units: pd.DataFrame
-    points: pd.DataFrame
-    diffs: pd.DataFrame
-    unit_fits: list
-    robustness_fits: list
-    interactions: list
-    specificity: list
-    trends: list
+Analysed = Estimates  # what one simulated sweep's analysis gives
 
 
 def analyse(items: pd.DataFrame) -> Analysed:
-    """The calls pipeline.run_analysis makes, with its arguments, on an items frame (no files written)."""
-    units = paper_units(items, None, seed=0)  # cells only set judge_competence, which nothing here reads
-    points = source_points(items)
-    return Analysed(
-        units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(units),
-        robustness_fits=fit_robustness(points, items),
-        interactions=fit_interactions(units, points, RECOGNITION_TASKS),
-        specificity=fit_specificities(units, points, RECOGNITION_TASKS, dict(SPECIFICITY_MARGIN)),
-        trends=dose_trend(items, RECOGNITION_TASKS, seed=0))
+    """The report's estimates (analysis.estimates.estimate, as pipeline.run_analysis calls it) on an items frame,
+    with no files written; the cells only set judge_competence, which nothing here reads."""
+    return estimate(items)
 
 
 # --- one rep's counts: row key -> [hits, trials, no interval] -------------------------------------------

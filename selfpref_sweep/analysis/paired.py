@@ -304,12 +304,11 @@ def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recogni
             for q in QUESTION_PREFIXES:
                 base = TrendResult(*key, scale=scale, question=_QUESTION_NAMES[q], n_arms=len(members),
                                    arms=", ".join(f"{v:g}" for v in sorted(10 ** x)), ok=False)
-                out.append(_trend(base, x, [f[(q, scale)] for _, f in members], n_resamples, confidence, seed))
+                out.append(_trend(base, x, [f[(q, scale)] for _, f in members], confidence))
     return out
 
 
-def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], n_resamples: int, confidence: float,
-           seed: int) -> TrendResult:
+def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confidence: float) -> TrendResult:
     if np.unique(x).size < 2:
         base.note = "a trend needs recognition arms at 2 or more N"
         return base

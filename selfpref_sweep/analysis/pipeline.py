@@ -25,15 +25,11 @@ from .fit import (
     FitResult,
     InteractionResult,
     SpecificityResult,
-    fit_interactions,
-    fit_paper_units,
-    fit_robustness,
-    fit_specificities,
 )
+from .estimates import estimate
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
 from .calibration import calibration_label, pooled_over_datasets
-from .paired import TrendResult, dose_trend, finetune_vs_base
-from .units import paper_units, source_points
+from .paired import TrendResult
 from .plots import PlotFile, make_plots
 from .report import Section, write_report
 from .items_view import ITEMS_HTML, write_items_html
@@ -500,15 +496,11 @@ def run_analysis(
     analysis_dir.mkdir(parents=True, exist_ok=True)
     (analysis_dir / ERROR_FILE).unlink(missing_ok=True)  # stale failure from an earlier run
 
-    units = paper_units(data.items, data.cells, seed=0)
-    points = source_points(data.items)
-    diffs = finetune_vs_base(data.items, seed=0)
-    unit_fits = fit_paper_units(units)
-    robustness_fits = fit_robustness(points, data.items)
-    interactions = fit_interactions(units, points, recognition_tasks)
-    margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
-    specificity = fit_specificities(units, points, recognition_tasks, margins)
-    trends = dose_trend(data.items, recognition_tasks, seed=0)
+    est = estimate(data.items, data.cells, recognition_tasks, specificity_margin)
+    units, points, diffs, unit_fits = est.units, est.points, est.diffs, est.unit_fits
+    robustness_fits, interactions, specificity, trends = est.robustness_fits, est.interactions, est.specificity, \
+        est.trends
+    margins = est.specificity_margin
     familiarity_fits = F.fit_familiarity(data.items)
     fam_units = F.likelihood_units(data.items)
     tables = {

@@ -1,0 +1,44 @@
+"""The analysis' estimates from a sweep's items: paper units, source points, fine-tuned-vs-base Δs, the fits,
+the fine-tune comparisons and the dose trend. One function computes them, so the report (pipeline.run_analysis)
+and the simulator's coverage study (coverage.analyse) measure the same thing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import pandas as pd
+
+from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
+                  fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
+from .paired import TrendResult, dose_trend, finetune_vs_base
+from .units import paper_units, source_points
+
+
+@dataclass
+class Estimates:
+    units: pd.DataFrame  # the paper's unit: evaluator variant × dataset × setting × label
+    points: pd.DataFrame  # the source level: one row per cell
+    diffs: pd.DataFrame  # fine-tuned minus base model on the same items, per fine-tuned paper unit
+    unit_fits: list[FitResult]  # the headline
+    robustness_fits: list[FitResult]
+    interactions: list[InteractionResult]
+    specificity: list[SpecificityResult]
+    trends: list[TrendResult]
+    specificity_margin: dict[str, float] = field(default_factory=lambda: dict(SPECIFICITY_MARGIN))
+
+
+def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
+             recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
+             specificity_margin: Optional[Mapping[str, float]] = None) -> Estimates:
+    """Every estimate the report prints from the items (``cells`` only adds the judge-competence status to the
+    units); ``specificity_margin`` per scale overrides fit.SPECIFICITY_MARGIN."""
+    units = paper_units(items, cells, seed=0)
+    points = source_points(items)
+    margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
+    return Estimates(
+        units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(units),
+        robustness_fits=fit_robustness(points, items),
+        interactions=fit_interactions(units, points, recognition_tasks),
+        specificity=fit_specificities(units, points, recognition_tasks, margins),
+        trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins)
