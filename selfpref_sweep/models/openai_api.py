@@ -19,13 +19,30 @@ backoff with jitter, honouring Retry-After); the openai client's own retries are
 an outage that outlasts the retries raise ModelUnavailableError; pending work is cancelled, and
 whatever finished before that has already been yielded, so a re-run resumes from the cache.
 
+A model that refuses the `logprobs` parameter (HTTP 400 naming it, as reasoning models answer) is asked
+once: while the server has not yet shown logprobs, a batch's first judging request goes alone. The refusal
+is recorded for the model (this instance and, by server URL and model, the rest of the process), and no
+further logprob request goes out: with `sample_fallback_k > 0` every answer distribution is estimated from
+samples (method "sampled"); otherwise one ModelUnavailableError says so and names `sample_fallback_k`.
+
+Familiarity (scoring a given text, `sequence_logprobs`) goes through the legacy completions endpoint with
+`echo=True, logprobs=1, max_tokens=1`: the server returns the log-probability of every prompt token, and the
+continuation's tokens are the last ones before the generated token, matched to the continuation's text from
+its end (a token that straddles the prompt/continuation boundary is the prompt's). vLLM and llama.cpp's
+servers offer this; OpenAI's API does not. `echo_logprobs` decides (auto: one probe request per server and
+model per process, remembered; on; off). A completion-style request is sent as prompt + continuation; a chat
+request needs the served model's chat template (`chat_template`: its Jinja text or a file holding it, or a
+tokenizer_config.json), rendered here as the server renders it (add_generation_prompt, an empty bos_token).
+
 The API key is read from the environment variable `api_key_env` and lives only inside the client:
 it is not part of the identity, cache keys, logs, repr or any message this module raises.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import logging
 import math
 import os
@@ -33,14 +50,16 @@ import threading
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from pathlib import Path
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from ..errors import ConfigError, ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   adapter_fingerprint, spells_answer, unique)
+                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, spells_answer, unique)
+from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _safe_name, _usage,  # noqa: F401
+                          distribution_from_top_logprobs, generation_from)
 from .retry import is_transient, retrying, status_code
 
 log = logging.getLogger(__name__)
@@ -53,34 +72,19 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 SHUTDOWN_GRACE_S = 1.0  # after a fatal error, results finishing within this are still yielded
+PROBE_TEXT = "The cat sat on the mat. It was a sunny day."  # echo_logprobs=auto's probe prompt
+
+# Per process, by (base_url, model): the refusal of the logprobs parameter (its server message), and the
+# outcome of the echo probe ((scores given text?, how that was found)), so neither is asked again.
+_LOGPROBS_REFUSED: Dict[Tuple[str, str], str] = {}
+_ECHO_PROBES: Dict[Tuple[str, str], Tuple[bool, str]] = {}
+_STATE_LOCK = threading.Lock()
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 # ---------------------------------------------------------------------------------------- config
-def _cfg_value(cfg, key: str, default=None):
-    """cfg[key] (a typed ModelConfig or a DictConfig), turning an unset required value (`???`, or an
-    unset ${oc.env:...}) into a message that says what to set."""
-    try:
-        value = getattr(cfg, key, default)
-    except (MissingMandatoryValue, InterpolationResolutionError) as exc:
-        name = _safe_name(cfg)
-        detail = str(exc).splitlines()[0]
-        raise ConfigError(
-            f"Model {name!r} (backend openai) needs `{key}` ({detail}); set it on the command line, e.g. "
-            f"evaluator.{key}=... or source.model.{key}=..."
-        ) from None
-    return default if value is None else value
-
-
-def _safe_name(cfg) -> str:
-    try:
-        return str(getattr(cfg, "name", "?"))
-    except MissingMandatoryValue:
-        return "?"
-
-
 def _base_url(cfg: DictConfig) -> str:
     return str(_cfg_value(cfg, "base_url") or DEFAULT_BASE_URL).rstrip("/")
 
@@ -111,6 +115,24 @@ class _NoLogprobs(Exception):
         self.completion = completion
 
 
+class _LogprobsRefused(Exception):
+    """The model rejects the logprobs parameter (HTTP 400 naming it): not retried, recorded."""
+
+    def __init__(self, description: str):
+        super().__init__(description)
+        self.description = description
+
+
+def _refuses_logprobs(exc: BaseException) -> bool:
+    """Whether an API error is the model's refusal of the logprobs parameter (e.g. OpenAI's reasoning models:
+    HTTP 400, "Unsupported parameter: 'logprobs' is not supported with this model.", param "logprobs")."""
+    if status_code(exc) not in (400, 422):
+        return False
+    param = str(getattr(exc, "param", None) or "")
+    message = str(getattr(exc, "message", None) or exc)
+    return "logprob" in param.lower() or "logprob" in message.lower()
+
+
 def _describe(exc: BaseException) -> str:
     """A short description of an API error (status, type, server message) without the request."""
     status = status_code(exc)
@@ -135,6 +157,9 @@ class OpenAIModel(ModelAPI):
         self.retry_backoff_s = max(0.0, float(_cfg_value(cfg, "retry_backoff_s", 0.5)))
         self._logprobs_seen = False  # whether this server has returned logprobs (then a response without is a fault)
         self._n_supported: Optional[bool] = None  # whether the server honours n > 1
+        # The model's refusal of the logprobs parameter (its server message), once seen, here or earlier in
+        # the process: no logprob request goes out after it.
+        self.logprobs_refused: Optional[str] = _LOGPROBS_REFUSED.get((self.base_url, self.api_model))
         key = self._api_key(cfg)
         self._secrets = tuple(s for s in (key,) if s and s != NO_KEY)
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
@@ -147,8 +172,61 @@ class OpenAIModel(ModelAPI):
         api_model = _cfg_value(cfg, "model")
         if not api_model:
             raise ConfigError(f"Model {_safe_name(cfg)!r} (backend openai) has no `model`, e.g. gpt-4o-mini.")
-        return ModelIdentity(name=cfg.name, backend="openai", weights=f"api:{_base_url(cfg)}:{api_model}", dtype="",
+        weights = f"api:{_base_url(cfg)}:{api_model}"
+        template = _cfg_value(cfg, "chat_template")
+        if template:  # it renders the prompts that familiarity scores, so it is part of what decides results
+            weights += f":chat_template={hashlib.sha256(_chat_template_text(cfg).encode()).hexdigest()[:12]}"
+        return ModelIdentity(name=cfg.name, backend="openai", weights=weights, dtype="",
                              adapter=adapter_fingerprint(cfg), backend_version=BACKEND_VERSION)
+
+    # ------------------------------------------------------------------ the backend contract (base.ModelAPI)
+    @classmethod
+    def costs_money(cls, cfg) -> bool:
+        """True unless the model config marks the server free (`free: true`: a server of one's own). A loopback
+        URL alone does not say so (it may be a tunnel or proxy to a paid API)."""
+        return not bool(_cfg_value(cfg, "free", False))
+
+    @classmethod
+    def sends_batches(cls, cfg) -> bool:
+        """`batch: true`: a cell's uncached calls go through the Batch API (models/openai_batch.py)."""
+        return bool(_cfg_value(cfg, "batch", False))
+
+    @classmethod
+    def top_logprobs(cls, cfg) -> Optional[int]:
+        return int(cls.judge_settings(cfg)["top_logprobs"])
+
+    @classmethod
+    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+        """An unset API key variable where the server needs one (anything off loopback)."""
+        base_url = _base_url(cfg)
+        env = str(_cfg_value(cfg, "api_key_env", "OPENAI_API_KEY"))
+        if is_loopback(base_url) or os.environ.get(env, "").strip():
+            return []
+        return [("api_key", f"{_safe_name(cfg)}: the environment variable {env} (its API key) is not set; every "
+                            f"call to {base_url} would fail")]
+
+    @classmethod
+    def sequence_logprobs_support(cls, cfg) -> Tuple[bool, str]:
+        """Whether this server scores given text through its completions endpoint (echo), and how that was
+        decided: `echo_logprobs` off/on, or (auto) one probe request per server and model per process. Never
+        for a chat model without `chat_template`, and (auto) never probed at api.openai.com, which refuses it."""
+        if cfg is None:
+            return False, "its backend scores given text only where the model config says how (echo_logprobs)"
+        mode = _mode(_cfg_value(cfg, "echo_logprobs", "auto"))
+        if mode == "off":
+            return False, "it cannot score given text: echo_logprobs=off"
+        base_url = _base_url(cfg)
+        if mode == "auto" and base_url == DEFAULT_BASE_URL:
+            return False, ("it cannot score given text: OpenAI's API returns no prompt logprobs (echo); "
+                           "echo_logprobs=auto does not probe it")
+        if bool(_cfg_value(cfg, "chat", True)) and not _cfg_value(cfg, "chat_template"):
+            return False, ("it cannot score given text: a chat model's messages must be rendered into the "
+                           "completions endpoint's prompt, which needs its chat template; set chat_template "
+                           "(e.g. evaluator.chat_template=/path/to/template.jinja or tokenizer_config.json)")
+        _chat_template_text(cfg)  # a template that cannot be read fails here, by name
+        if mode == "on":
+            return True, "the server scores given text (echo_logprobs=on: completions with echo, not probed)"
+        return _probe_echo(cfg)
 
     @classmethod
     def judge_settings(cls, cfg) -> Dict[str, object]:
@@ -179,10 +257,11 @@ class OpenAIModel(ModelAPI):
 
     # ------------------------------------------------------------------------------- one call
     def _with_retry(self, fn: Callable[[], T], stop: threading.Event, what: str,
-                    check: Optional[Callable[[T], None]] = None) -> T:
+                    check: Optional[Callable[[T], None]] = None, refusable: bool = False) -> T:
         """fn() under the retry policy; transient errors are retried, others raise at once. `check(result)`
         may raise _NoLogprobs, retried the same way; once the retries are spent, that last result is returned
-        (the caller records it)."""
+        (the caller records it). `refusable`: the request asks for logprobs, and the model's refusal of them
+        raises _LogprobsRefused (the caller records it) instead of ModelUnavailableError."""
         def before_sleep(state) -> None:
             with self._lock:
                 self.retries += 1
@@ -205,6 +284,7 @@ class OpenAIModel(ModelAPI):
                           sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
                           before_sleep=before_sleep)
         failure: Optional[str] = None
+        refused = ""
         try:
             return policy(attempt)
         except _Cancelled:
@@ -222,10 +302,14 @@ class OpenAIModel(ModelAPI):
                 failure = (f"{self.identity.label} ({self.base_url}) still failing after {self.max_retries + 1} "
                            f"attempts at {what}: {_describe(exc)}. Every result finished before this is cached; "
                            f"re-run to resume.")
+            elif refusable and _refuses_logprobs(exc):
+                refused = self._scrub(_describe(exc))
             else:
                 failure = self._permanent_message(exc, what)
         # Raised here, not inside `except`, so the exception does not carry the openai error (and its
         # request, whose headers hold the key) as its context.
+        if failure is None:
+            raise _LogprobsRefused(refused)
         raise ModelUnavailableError(self._scrub(failure))
 
     def _permanent_message(self, exc: BaseException, what: str) -> str:
@@ -242,9 +326,11 @@ class OpenAIModel(ModelAPI):
         }.get(status or 0, "the request failed")
         return f"{where}: {hint}. {_describe(exc)} (while {what})"
 
-    def _chat(self, stop: threading.Event, what: str, check: Optional[Callable] = None, **kwargs):
+    def _chat(self, stop: threading.Event, what: str, check: Optional[Callable] = None, refusable: bool = False,
+              **kwargs):
         return self._with_retry(
-            lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what, check)
+            lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what, check,
+            refusable=refusable)
 
     # ------------------------------------------------------------------------------- fan-out
     def _fan_out(self, requests: Sequence[R], work: Callable[[R, threading.Event], T]) -> Iterator[Tuple[R, T]]:
@@ -295,37 +381,37 @@ class OpenAIModel(ModelAPI):
             pool.shutdown(wait=False, cancel_futures=True)
 
     # ------------------------------------------------------------------------------ generation
-    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def generate(self, requests: Sequence[GenerateRequest], *, direct: bool = False
+                 ) -> Iterator[Tuple[GenerateRequest, Generation]]:
         for req in requests:
             if not req.messages:
                 raise ConfigError(
                     f"Model {self.name!r} uses the chat-completions API; completion-style prompts (chat: false, "
                     f"completion_prompt) are not supported by the openai backend. Use a chat model."
                 )
+        if _cfg_value(self.cfg, "batch", False) and not direct:  # the Batch API; failed lines come back direct
+            from .openai_batch import run_batch
+            return run_batch(self, requests, "generate")
         return self._fan_out(requests, self._generate_one)
 
     def _generate_one(self, req: GenerateRequest, stop: threading.Event) -> Generation:
         kwargs = dict(messages=_messages(req), temperature=req.decoding.temperature, max_tokens=req.max_new_tokens)
         if req.stop:
             kwargs["stop"] = list(req.stop)[:4]  # the API takes at most 4
-        resp = self._chat(stop, "generating", **kwargs)
-        choice = resp.choices[0] if resp.choices else None
-        text = (choice.message.content if choice and choice.message else None) or ""
-        if choice is not None and not text:
-            log.warning("%s returned no text (finish_reason=%s)", self.identity.label, choice.finish_reason)
-        for s in req.stop:
-            text = text.split(s)[0]
-        prompt_tokens, completion_tokens = _usage(resp)
-        return Generation(text=text.strip(), prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return generation_from(self.identity.label, req, self._chat(stop, "generating", **kwargs))
 
     # --------------------------------------------------------------------------------- judging
-    def answer_distributions(self, requests: Sequence[AnswerRequest]
+    def answer_distributions(self, requests: Sequence[AnswerRequest], *, direct: bool = False
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        if _cfg_value(self.cfg, "batch", False) and not direct:  # the Batch API; failed lines come back direct
+            from .openai_batch import run_batch
+            yield from run_batch(self, requests, "answer_distribution")
+            return
         # A response still without logprobs waits for the rest of the batch (it may have come before the server
         # had shown any): if the server returns logprobs, the request is asked again, with retries; if it never
         # does, it does not give them, and the response is recorded as it is.
         without: Dict[AnswerRequest, Tuple[int, int]] = {}  # request -> its usage
-        for req, result in self._fan_out(requests, self._judge_one):
+        for req, result in self._judge_first_alone(requests):
             if isinstance(result, AnswerDistribution):
                 yield req, result
             else:
@@ -346,10 +432,49 @@ class OpenAIModel(ModelAPI):
         if self._logprobs_seen and _first_token_top_logprobs(resp) is None:
             raise _NoLogprobs(resp)
 
+    def _judge_first_alone(self, requests: Sequence[AnswerRequest]) -> Iterator[Tuple[AnswerRequest, object]]:
+        """_judge_one over the requests. Until the server has returned logprobs, the first request goes alone,
+        so a model that refuses them is sent one logprob request, not one per request in flight."""
+        requests = unique(requests)
+        if requests and not self._logprobs_seen and self.logprobs_refused is None:
+            yield from self._fan_out(requests[:1], self._judge_one)
+            requests = requests[1:]
+        yield from self._fan_out(requests, self._judge_one)
+
+    def _refusal_message(self) -> str:
+        return (f"{self.identity.label} ({self.api_model} at {self.base_url}) refuses logprobs "
+                f"({self.logprobs_refused}); set evaluator.sample_fallback_k=K (e.g. 20) to estimate each answer "
+                f"distribution from K samples instead")
+
+    def _record_refusal(self, description: str, sample_fallback_k: int) -> None:
+        """The refusal, recorded for this model in the process; said once (as a warning where the answers are
+        sampled instead; otherwise the caller raises the one error)."""
+        with _STATE_LOCK:
+            first = self.logprobs_refused is None
+            self.logprobs_refused = description
+            _LOGPROBS_REFUSED[(self.base_url, self.api_model)] = description
+        if first and sample_fallback_k > 0:
+            log.warning("%s (%s at %s) refuses logprobs (%s): each answer distribution is estimated from %d "
+                        "samples (sample_fallback_k, method \"sampled\")", self.identity.label, self.api_model,
+                        self.base_url, description, sample_fallback_k)
+
+    def _when_refused(self, req: AnswerRequest, stop: threading.Event) -> AnswerDistribution:
+        """A model that refuses logprobs: sampled (sample_fallback_k > 0), or one clear error."""
+        if req.decoding.sample_fallback_k > 0:
+            return self._sampled(req, stop, 0, 0)
+        raise ModelUnavailableError(self._refusal_message())
+
     def _judge_one(self, req: AnswerRequest, stop: threading.Event):
         """The answer distribution, or the usage (prompt_tokens, completion_tokens) of a response that still
         had no logprobs (answer_distributions decides what to do with it)."""
-        resp = self._chat(stop, "judging", check=self._require_logprobs, **self._judge_kwargs(req))
+        if self.logprobs_refused is not None:  # no logprob request after a refusal
+            return self._when_refused(req, stop)
+        try:
+            resp = self._chat(stop, "judging", check=self._require_logprobs, refusable=True,
+                              **self._judge_kwargs(req))
+        except _LogprobsRefused as exc:
+            self._record_refusal(exc.description, req.decoding.sample_fallback_k)
+            return self._when_refused(req, stop)
         prompt_tokens, completion_tokens = _usage(resp)
         top = _first_token_top_logprobs(resp)
         if top is None:
@@ -399,57 +524,187 @@ class OpenAIModel(ModelAPI):
                                   prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                                   missing_reason=None if any(counts.values()) else "answers_not_in_samples")
 
+    # ------------------------------------------------------------------------ scoring given text (familiarity)
+    def sequence_logprobs(self, requests: Sequence[SequenceRequest]
+                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+        """Each continuation's log-likelihood after its prompt, from the completions endpoint's echoed prompt
+        logprobs. A response whose tokens cannot be matched to the continuation gives no result (logged; the
+        item's familiarity is then missing), never a wrong one."""
+        supported, why = self.sequence_logprobs_support(self.cfg)
+        if not supported:
+            raise ModelUnavailableError(f"{self.identity.label} ({self.api_model} at {self.base_url}): {why}")
+        return ((req, result) for req, result in self._fan_out(requests, self._score_one) if result is not None)
+
+    def _render(self, messages) -> str:
+        """The chat messages as the server's prompt: the chat template, the assistant turn opened."""
+        template = getattr(self, "_compiled_template", None)
+        if template is None:
+            template = self._compiled_template = compile_chat_template(_chat_template_text(self.cfg), self.name)
+        return render_chat(template, [{"role": m.role, "content": m.content} for m in messages], self.name)
+
+    def _score_one(self, req: SequenceRequest, stop: threading.Event) -> Optional[SequenceLogprobs]:
+        prompt = self._render(req.messages) if req.messages else (req.prompt or "")
+        text = prompt + req.continuation
+        resp = self._with_retry(
+            lambda: self._client.completions.create(model=self.api_model, prompt=text, echo=True, logprobs=1,
+                                                    max_tokens=1, temperature=0), stop, "scoring a given text")
+        result, why = echoed_continuation(resp, text, req.continuation)
+        if result is None:
+            log.warning("%s: no log-likelihood for a text of %d characters: %s", self.identity.label,
+                        len(req.continuation), why)
+        return result
+
     def close(self) -> None:
         self._client.close()
 
 
 # -------------------------------------------------------------------------------------- helpers
-def _messages(req) -> List[dict]:
-    return [{"role": m.role, "content": m.content} for m in req.messages]
+def _mode(value) -> str:
+    """An enum setting (EchoLogprobsMode, or its plain string in an untyped config) as its value."""
+    return str(getattr(value, "value", value))
 
 
-def _usage(resp) -> Tuple[int, int]:
-    usage = getattr(resp, "usage", None)
-    if usage is None:
-        return 0, 0
-    return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
+def _chat_template_text(cfg) -> str:
+    """The model's `chat_template`: the Jinja text itself, the text of the file it names, or a Hugging Face
+    tokenizer_config.json's "chat_template"; "" when unset."""
+    value = str(_cfg_value(cfg, "chat_template", "") or "")
+    if not value or "{{" in value or "{%" in value:
+        return value
+    path = Path(os.path.expanduser(value))
+    where = f"Model {_safe_name(cfg)!r}: chat_template={value!r}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{where} is neither a Jinja chat template nor a readable file ({exc.strerror or exc}); "
+                          f"give the template's text or a path to a file holding it") from None
+    if path.suffix != ".json":
+        return text
+    try:
+        template = json.loads(text)["chat_template"]
+    except (ValueError, KeyError, TypeError):
+        template = None
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    if not isinstance(template, str) or not template:
+        raise ConfigError(f"{where}: the JSON file has no \"chat_template\" string (a tokenizer_config.json has one)")
+    return template
 
 
-def _first_token_top_logprobs(resp) -> Optional[List[Tuple[str, float]]]:
-    """(token, logprob) of the first generated token's top list; None when the response has none."""
-    if not resp.choices:
-        return None
-    lp = resp.choices[0].logprobs
-    content = getattr(lp, "content", None) if lp is not None else None
-    if not content:
-        return None
-    first = content[0]
-    top = [(t.token, float(t.logprob)) for t in (first.top_logprobs or [])]
-    if not top and first.token is not None and first.logprob is not None:
-        top = [(first.token, float(first.logprob))]
-    return top or None
+def compile_chat_template(text: str, name: str = "?"):
+    """A Jinja chat template compiled as Hugging Face and llama-cpp-python's server compile it (sandboxed,
+    trim_blocks, lstrip_blocks, loop controls, a tojson filter that keeps non-ASCII)."""
+    try:
+        import jinja2
+        import jinja2.ext
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise ConfigError(f"Model {name!r}: rendering chat_template needs jinja2 (pip install jinja2)") from None
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = lambda x, indent=None, **kw: json.dumps(x, ensure_ascii=False, indent=indent)
+    try:
+        return env.from_string(text)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"Model {name!r}: chat_template is not a valid Jinja template: {exc}") from None
 
 
-def distribution_from_top_logprobs(top: Sequence[Tuple[str, float]], answers: Sequence[str],
-                                   prompt_tokens: int = 0, completion_tokens: int = 0) -> AnswerDistribution:
-    """Sum exp(logprob) over every listed spelling of each answer. An answer with no listed spelling gets the
-    smallest listed probability, an upper bound on each of its spellings, and is named in `bounded`: 0 would
-    make its log-odds whatever the scorer's clip says. With no answer listed, nothing is bounded: bounds alone
-    compare nothing, and the reading stays empty (answers_not_in_top_logprobs)."""
-    probs = {a: 0.0 for a in answers}
-    listed = set()
-    for token, logprob in top:
-        p = math.exp(logprob) if math.isfinite(logprob) else 0.0
-        for a in answers:
-            if spells_answer(token, a):
-                probs[a] += p
-                listed.add(a)
-    ranked = sorted(top, key=lambda t: -t[1])[:5]
-    top_tokens = [(tok, round(math.exp(lp), 6) if math.isfinite(lp) else 0.0) for tok, lp in ranked]
-    bounded = [a for a in answers if a not in listed] if listed else []
-    floor = min((math.exp(lp) if math.isfinite(lp) else 0.0) for _, lp in top) if top else 0.0
-    for a in bounded:
-        probs[a] = floor
-    missing = None if any(p > 0 for p in probs.values()) else "answers_not_in_top_logprobs"
-    return AnswerDistribution(probs=probs, method="logprobs", top_tokens=top_tokens, prompt_tokens=prompt_tokens,
-                              completion_tokens=completion_tokens, missing_reason=missing, bounded=bounded)
+def render_chat(template, messages: List[dict], name: str = "?") -> str:
+    """The messages rendered with the assistant's turn opened. bos_token is empty: a server adds BOS itself
+    where its tokenizer does (llama.cpp's, vLLM's)."""
+    import jinja2
+
+    def raise_exception(message: str):
+        raise ConfigError(f"Model {name!r}: its chat_template refuses these messages: {message}")
+
+    try:
+        return template.render(messages=messages, add_generation_prompt=True, bos_token="", eos_token="",
+                               raise_exception=raise_exception)
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"Model {name!r}: chat_template failed to render: {exc}") from None
+
+
+def echoed_continuation(resp, text: str, continuation: str) -> Tuple[Optional[SequenceLogprobs], str]:
+    """The continuation's summed token logprobs from a completions response with echo=True and logprobs: the
+    echoed tokens after the prompt, matched from the end of the text (after the generated tokens). Offsets
+    are not used: llama-cpp-python's text_offset leaves out special tokens. A token that straddles the
+    prompt/continuation boundary counts as the prompt's. (None, why) when the tokens do not spell the text."""
+    choice = resp.choices[0] if getattr(resp, "choices", None) else None
+    lp = getattr(choice, "logprobs", None) if choice is not None else None
+    tokens = list(getattr(lp, "tokens", None) or [])
+    values = list(getattr(lp, "token_logprobs", None) or [])
+    if not tokens or len(tokens) != len(values):
+        return None, "the response has no prompt logprobs (echo)"
+    echoed = choice.text or ""
+    if not echoed.startswith(text):
+        return None, "the response does not echo the prompt"
+    generated = echoed[len(text):]
+    prompt_tokens, completion_tokens = _usage(resp)
+    # The generated tokens at the end: as many as the server counts (vLLM lists them, an empty-text end of
+    # sequence included), or none (llama-cpp-python lists the prompt's only), whichever spells a start of the
+    # generated text after tokens that end with the continuation.
+    for k in dict.fromkeys((min(max(completion_tokens, 0), len(tokens)), 0)):
+        end = len(tokens) - k
+        if generated.startswith("".join(tokens[end:])) and "".join(tokens[:end]).endswith(continuation):
+            break
+    else:
+        return None, "the echoed tokens do not spell the continuation before the generated text"
+    picked: List[int] = []
+    need = len(continuation)
+    i = end
+    while need > 0 and i > 0:
+        i -= 1
+        need -= len(tokens[i])
+        picked.append(i)
+    if need > 0 or not "".join(tokens[j] for j in reversed(picked)).endswith(continuation):
+        return None, "the echoed tokens do not spell the continuation"
+    if need < 0:
+        picked.pop()  # its first token began in the prompt
+    scores = [values[j] for j in picked]
+    if any(v is None or not math.isfinite(float(v)) for v in scores):
+        return None, "a continuation token has no logprob"
+    return SequenceLogprobs(total=float(sum(scores)), n_tokens=len(scores), prompt_tokens=prompt_tokens), ""
+
+
+def _probe_echo(cfg) -> Tuple[bool, str]:
+    """echo_logprobs=auto: whether the server returns prompt logprobs, from one small completions request with
+    echo=True (a definite answer is remembered per server and model for the process; a transient failure is
+    not, and says so)."""
+    base_url, api_model = _base_url(cfg), str(_cfg_value(cfg, "model"))
+    with _STATE_LOCK:
+        known = _ECHO_PROBES.get((base_url, api_model))
+    if known is not None:
+        return known
+    import openai
+
+    env = str(_cfg_value(cfg, "api_key_env", "OPENAI_API_KEY"))
+    key = os.environ.get(env, "").strip() or (NO_KEY if is_loopback(base_url) else "")
+    if not key:
+        return False, (f"it cannot score given text as far as is known: echo_logprobs=auto could not probe "
+                       f"{base_url} ({env} is not set)")
+    tail = PROBE_TEXT.split(". ", 1)[1]
+    where = f"{base_url}/completions (echo=True, logprobs=1)"
+    client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=1,
+                           timeout=min(30.0, float(_cfg_value(cfg, "timeout_s", 60.0))))
+    failure, transient = "", False
+    try:
+        resp = client.completions.create(model=api_model, prompt=PROBE_TEXT, echo=True, logprobs=1, max_tokens=1,
+                                         temperature=0)
+    except openai.OpenAIError as exc:
+        failure, transient = _describe(exc).replace(key, "***"), is_transient(exc)
+    finally:
+        client.close()
+    if failure:  # built outside `except`, so nothing here carries the request (and its key)
+        if transient:
+            return False, (f"it cannot score given text as far as is known: the echo probe of {where} failed "
+                           f"({failure}); echo_logprobs=on skips the probe")
+        outcome = (False, f"it cannot score given text: the server refused the echo probe of {where}: {failure}")
+    else:
+        scored, why = echoed_continuation(resp, PROBE_TEXT, " " + tail)
+        outcome = ((True, f"the server scores given text (detected by a probe of {where})") if scored is not None
+                   else (False, f"it cannot score given text: the echo probe of {where} returned no usable prompt "
+                                f"logprobs ({why})"))
+    with _STATE_LOCK:
+        _ECHO_PROBES[(base_url, api_model)] = outcome
+    return outcome
+
+
