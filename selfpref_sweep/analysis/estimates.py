@@ -1,6 +1,7 @@
 """The analysis' estimates from a sweep's items: paper units, source points, fine-tuned-vs-base Δs, the fits,
-the fine-tune comparisons and the dose trend. One function computes them, so the report (pipeline.run_analysis)
-and the simulator's coverage study (coverage.analyse) measure the same thing."""
+the fine-tune comparisons, the dose trend and the fits refitted on one joint article resample (resample.py).
+One function computes them, so the report (pipeline.run_analysis) and the simulator's coverage study
+(coverage.analyse) measure the same thing."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pandas as pd
 from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
                   fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
 from .paired import TrendResult, dose_trend, finetune_vs_base
+from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
 
 
@@ -26,6 +28,9 @@ class Estimates:
     specificity: list[SpecificityResult]
     trends: list[TrendResult]
     specificity_margin: dict[str, float] = field(default_factory=lambda: dict(SPECIFICITY_MARGIN))
+    # The headline, specificity and interaction refitted on one joint article resample (resample.py): dataset
+    # term, recognition's measurement error corrected; the paper's plain OLS stays in unit_fits.
+    resampled: list[ResampledFit] = field(default_factory=list)
 
 
 def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
@@ -41,4 +46,5 @@ def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
         robustness_fits=fit_robustness(points, items),
         interactions=fit_interactions(units, points, recognition_tasks),
         specificity=fit_specificities(units, points, recognition_tasks, margins),
-        trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins)
+        trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
+        resampled=article_resample(items, recognition_tasks, seed=0))
