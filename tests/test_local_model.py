@@ -41,7 +41,8 @@ def qwen(tmp_path_factory):
     from tests.conftest import CONF
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config")
+        # the batched schedule over shared prefixes, whatever the dtype (test_batch_invariance.py: the other)
+        cfg = compose("config", overrides=["evaluator.batch_invariant=false"])
     return LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache), OmegaConf.to_container(cfg.prompts)
 
 

@@ -89,7 +89,7 @@ class StubLocal(LocalModel):
 
     def __init__(self, tokenizer, model):
         self._given = tokenizer, model
-        super().__init__(SimpleNamespace(name="stub"), model_cache="")
+        super().__init__(SimpleNamespace(name="stub", dtype="float32"), model_cache="")
 
     @classmethod
     def identity_for(cls, cfg):
@@ -125,9 +125,11 @@ def test_the_tokenizer_splits_the_answer_and_its_whitespace_piece_is_found(token
     assert stub._whitespace_ids == [tokenizer.convert_tokens_to_ids("▁")]
 
 
-@pytest.mark.parametrize("prefix_reuse", [True, False])
-def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, prefix_reuse):
-    stub.prefix_reuse, stub.second_positions = prefix_reuse, 0
+@pytest.mark.parametrize("prefix_reuse, chunk", [(True, 0), (False, 0), (True, 4)])
+def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, prefix_reuse, chunk):
+    """Batched over shared prefixes, from scratch, and batch-invariant (one prompt at a time in chunks of 4)."""
+    stub.prefix_reuse, stub.second_positions, stub.chunk = prefix_reuse, 0, chunk
+    stub.prefix_lru.clear()
     stub.min_extend_saving = 0  # these prompts are short: walk the exact trie, so the batch shares a cached prefix
     reqs = [AnswerRequest(stub.identity, (Message("user", p),), JudgeDecoding(("1", "2"))) for p in PROMPTS]
     got = dict(stub.answer_distributions(reqs))
@@ -142,7 +144,10 @@ def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, pr
             assert d.probs == pytest.approx({"1": 0.6, "2": 0.395}, abs=1e-6)
         assert d.prompt_tokens == len(stub.encode(r.messages[0].content))
     assert stub.second_positions == 2
-    if prefix_reuse:  # the four prompts share a prefix and were scored in one padded batch
+    stub.chunk = 0
+    if prefix_reuse and chunk:  # every cache the LRU holds ends at a chunk boundary
+        assert stub.prefix_lru._lengths and all(n % chunk == 0 for n in stub.prefix_lru._lengths)
+    elif prefix_reuse:  # the four prompts share a prefix and were scored in one padded batch
         assert stub.tokens_computed < stub.tokens_requested
         batches = [s.prompts for s in schedule([stub.encode(p) for p in PROMPTS]) if isinstance(s, Score)]
         assert [sorted(b) for b in batches] == [[0, 1, 2, 3]]

@@ -24,6 +24,17 @@ each get a second position on the batch's own KV cache, and P(a) = sum of P(spel
 those w of P(w) * P(spellings of a | prompt + w). Such a result's method is SPLIT_METHOD; every other
 prompt is read exactly as before (one position, FULL_METHOD).
 
+Batch-invariant computation (`batch_invariant`; auto: on in bf16/fp16, off in float32). In a 16-bit type a
+matrix product's rounding depends on its shapes, so a prompt scored in a batch of 8 after a shared prefix gets
+other numbers (measured here: up to 2e-2 in an answer probability) than the same prompt scored alone or after
+another prefix, and which batch a prompt lands in depends on what an earlier, perhaps killed, run cached. In
+this mode every prompt runs alone: its KV cache is built in fixed chunks of `batch_invariant_chunk` tokens from
+position 0 (chunk k always one forward of exactly those tokens on the cache of chunks < k), the prefix LRU
+holds and serves only caches at chunk boundaries, and the rest of the prompt is one forward of its own. So
+the same tokens always meet the same shapes, and a result depends on its own prompt alone. Summaries are
+decoded one prompt at a time on the same chunked cache. The identity's `schedule` ("chunks64") keeps these
+results apart from batched ones in the call cache. bench/batch_invariance.py measures the cost.
+
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
 requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
 each text is then run on a copy of that cache and its tokens' log-probabilities are read at every position.
@@ -124,6 +135,7 @@ class LocalModel(ModelAPI):
         # forward pass reads every weight once, worth about as much as a few dozen tokens on a CPU.
         self.min_extend_saving = MIN_EXTEND_SAVING
         self.generate_batch = int(option(cfg, "generate_batch", 8))
+        self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
         self._answer_ids: Dict[str, List[int]] = {}
@@ -134,9 +146,32 @@ class LocalModel(ModelAPI):
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
+        chunk = cls.invariant_chunk(cfg)
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
-                             backend_version=BACKEND_VERSION)
+                             backend_version=BACKEND_VERSION, schedule=f"chunks{chunk}" if chunk else "")
+
+    @classmethod
+    def invariant_chunk(cls, cfg) -> int:
+        """The chunk of batch-invariant computation, 0 where it is off: `batch_invariant`, whose auto (null)
+        is on in a 16-bit type and off in float32 (whose batched results agree to float32 rounding)."""
+        on = option(cfg, "batch_invariant", None)
+        if on is None:
+            on = resolve_dtype(option(cfg, "dtype", "auto")) != "float32"
+        return int(option(cfg, "batch_invariant_chunk", 64)) if on else 0
+
+    # ------------------------------------------------------------------ the backend contract (base.ModelAPI)
+    @classmethod
+    def costs_money(cls, cfg) -> bool:
+        return False  # runs on this machine
+
+    @classmethod
+    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+        """Weights that are not on this machine (packages missing, or a hub id with no local copy)."""
+        from .weights import weights_problem
+
+        problem = weights_problem(cfg, model_cache)
+        return [] if problem is None else [("weights", f"{cfg.name}: weights not available locally: {problem}")]
 
     def _load(self) -> None:
         import torch
@@ -224,8 +259,9 @@ class LocalModel(ModelAPI):
         encoded.sort(key=lambda e: (e[0].max_new_tokens, len(e[1])))
         for _, group in groupby(encoded, key=lambda e: e[0].max_new_tokens):
             group = list(group)
-            for k in range(0, len(group), max(1, self.generate_batch)):
-                yield from self._generate_batch(group[k:k + self.generate_batch])
+            size = 1 if self.chunk else max(1, self.generate_batch)  # batch-invariant: one prompt at a time
+            for k in range(0, len(group), size):
+                yield from self._generate_batch(group[k:k + size])
 
     def _generate_batch(self, batch: List[Tuple[GenerateRequest, List[int]]]
                         ) -> Iterator[Tuple[GenerateRequest, Generation]]:
@@ -241,9 +277,7 @@ class LocalModel(ModelAPI):
         pad = self._pad_id
         ids = torch.tensor([[pad] * (width - len(p)) + p for _, p in batch], device=self.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for _, p in batch], device=self.device)
-        cache = None
-        if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
-            cache = _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
+        cache = self._generation_cache(batch, width)
         with torch.inference_mode():
             out = self.model.generate(
                 ids, attention_mask=mask, **self._kv(cache), max_new_tokens=batch[0][0].max_new_tokens,
@@ -258,6 +292,17 @@ class LocalModel(ModelAPI):
             for stop in req.stop:  # completion models run on; cut where the summary ends
                 completion = completion.split(stop)[0]
             yield req, Generation(text=completion.strip(), prompt_tokens=len(prompt), completion_tokens=len(new))
+
+    def _generation_cache(self, batch: List[Tuple[GenerateRequest, List[int]]], width: int):
+        """The KV cache a batch decodes on: batch-invariant, its one prompt's cache up to its last chunk
+        boundary (generate() runs the rest); else each prompt but its last token, left-padded to the batch."""
+        if self.chunk:
+            prompt = batch[0][1]
+            start = self._boundary(len(prompt))
+            return self._chunked_cache(prompt[:start]) if start else None
+        if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
+            return _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
+        return None
 
     def _prompt_cache(self, tokens: List[int]):
         """The KV cache of these tokens: from the longest prefix the LRU holds, the rest computed (and the
@@ -277,6 +322,9 @@ class LocalModel(ModelAPI):
     def answer_distributions(self, requests: Sequence[AnswerRequest]
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
         prompts = [self.encode(self.render(r.messages)) for r in requests]
+        if self.chunk:
+            yield from self._invariant_distributions(prompts, requests)
+            return
         if not self.prefix_reuse:
             for ids, req in zip(prompts, requests):
                 hidden, batch_cache = self._forward_last([ids], cache=None)
@@ -295,6 +343,39 @@ class LocalModel(ModelAPI):
                 self.tokens_requested += len(prompts[i])
                 yield requests[i], dist
 
+    def _invariant_distributions(self, prompts: List[List[int]], requests: Sequence[AnswerRequest]
+                                 ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        """Each prompt alone on its chunk-boundary cache: its numbers depend on its own tokens only."""
+        for ids, req in zip(prompts, requests):
+            start = self._boundary(len(ids))
+            hidden, own_cache = self._forward_last([ids[start:]], self._chunked_cache(ids[:start]))
+            self.tokens_computed += len(ids) - start
+            self.tokens_requested += len(ids)
+            yield req, self._distributions(hidden, own_cache, [len(ids)], [req])[0]
+
+    # --------------------------------------------------------- batch-invariant computation
+    def _boundary(self, n_tokens: int) -> int:
+        """The last chunk boundary before a prompt's last token (whose position's output is read)."""
+        return (n_tokens - 1) // self.chunk * self.chunk
+
+    def _chunked_cache(self, tokens: List[int]):
+        """The KV cache of `tokens` (whole chunks; None for none), built chunk by chunk from position 0, each
+        chunk one forward on the cache before it. A chunk boundary's cache goes into the prefix LRU and is the
+        only kind of entry read back, so the same tokens always give the same tensors, whatever was computed
+        before. (Without prefix reuse every chunk is recomputed, in the same shapes.)"""
+        n, cache = self.prefix_lru.longest(tokens) if self.prefix_reuse and tokens else (0, None)
+        torch = self.torch
+        for start in range(n, len(tokens), self.chunk):
+            end = start + self.chunk
+            with torch.inference_mode():
+                out = self.model.get_decoder()(input_ids=torch.tensor([tokens[start:end]], device=self.device),
+                                               **self._kv(cache), use_cache=True)
+            cache = _returned_cache(out)
+            self.tokens_computed += end - start
+            if self.prefix_reuse:
+                self.prefix_lru.put(tokens[:end], cache)
+        return cache
+
     # ------------------------------------------------------- scoring given text
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
                           ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
@@ -311,10 +392,7 @@ class LocalModel(ModelAPI):
                 raise ValueError("sequence_logprobs needs a non-empty prompt")
             prompts.append(prompt)
             texts.append(text)
-        # Without prefix reuse, each prompt is scored from scratch.
-        steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
-                 else [Score([i], 0) for i in range(len(prompts))])
-        for step, cache in self._walk(prompts, steps):
+        for step, cache in self._text_steps(prompts):
             suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
             hidden = self._forward_batch(suffixes, cache).last_hidden_state
             self.tokens_computed += sum(map(len, suffixes))
@@ -323,6 +401,19 @@ class LocalModel(ModelAPI):
                 total = self._token_logprobs(hidden[row, first:first + len(texts[i])], texts[i])
                 self.tokens_requested += len(prompts[i]) + len(texts[i])
                 yield requests[i], SequenceLogprobs(total=total, n_tokens=len(texts[i]), prompt_tokens=len(prompts[i]))
+
+    def _text_steps(self, prompts: List[List[int]]) -> Iterator[Tuple[Score, object]]:
+        """The Score steps that scoring given texts runs, each with the cache it starts from: batch-invariant,
+        each prompt alone from its chunk boundary; else the shared-prefix schedule (without prefix reuse,
+        each prompt from scratch)."""
+        if self.chunk:
+            for i, prompt in enumerate(prompts):
+                start = self._boundary(len(prompt))
+                yield Score([i], start), self._chunked_cache(prompt[:start])
+            return
+        steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
+                 else [Score([i], 0) for i in range(len(prompts))])
+        yield from self._walk(prompts, steps)
 
     def _walk(self, prompts: List[List[int]], steps) -> Iterator[Tuple[Score, object]]:
         """Run a schedule's Extend steps into the KV cache and yield each Score step with the cache of the

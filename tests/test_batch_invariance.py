@@ -1,0 +1,160 @@
+"""Batch-invariant judging: in a 16-bit type a request's numbers depend only on its own tokens, never on the
+batch it shared or on what the prefix cache held, so a sweep that is killed and resumed (or split another way)
+gives the numbers of one that ran through. The real-model tests run in bf16 where this machine computes it
+natively (as `dtype: auto` would pick); elsewhere emulated bf16 is dozens of times slower, so they run the same
+batch-invariant schedule in float32 (forced on), which checks the mechanism, not the bf16 kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from selfpref_sweep.judging import Pair, pairwise_requests
+from selfpref_sweep.models import model_identity
+from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message, ModelIdentity, SequenceRequest
+from selfpref_sweep.models.cached import CachedModel
+from selfpref_sweep.models.local import LocalModel
+from selfpref_sweep.spec import resolve_cell
+from tests.conftest import REPO
+
+
+def _invariant_judge() -> list:
+    from selfpref_sweep.models.precision import native_bf16
+
+    dtype = "bfloat16" if native_bf16() else "float32"
+    return ["evaluator=smollm135", f"evaluator.dtype={dtype}", "evaluator.batch_invariant=true"]
+
+
+BF16 = _invariant_judge()
+
+
+def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
+    def schedule(*overrides):
+        return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
+
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64"
+    assert schedule("evaluator.dtype=float32") == ""
+    assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
+                    "evaluator.batch_invariant_chunk=32") == "chunks32"
+    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
+
+
+def test_the_default_schedule_leaves_cache_keys_as_they_were():
+    """Keys made before the schedule field existed still hold; a batch-invariant model's keys differ."""
+    import hashlib
+
+    def old_key(req):  # the key as computed before the field existed
+        d = json.loads(json.dumps({"key_version": 2, "request": {
+            "model": {"name": "m", "backend": "local", "weights": "w", "dtype": "bfloat16", "adapter": None,
+                      "backend_version": 3},
+            "messages": [{"role": "user", "content": "q"}],
+            "decoding": {"answers": ["1", "2"], "top_logprobs": None, "sample_fallback_k": 0},
+            "kind": "answer_distribution"}}))
+        return hashlib.sha256(json.dumps(d, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def request(schedule):
+        model = ModelIdentity("m", "local", "w", "bfloat16", None, 3, schedule=schedule)
+        return AnswerRequest(model, (Message("user", "q"),), JudgeDecoding(("1", "2")))
+
+    assert request("").cache_key() == old_key(request(""))
+    assert request("chunks64").cache_key() != request("").cache_key()
+
+
+@pytest.mark.real_model
+def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg):
+    cfg = compose_cfg([*BF16, "dataset.n_articles=2"])
+    spec = resolve_cell(cfg)
+    model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
+    assert model.chunk == 64
+    handle = CachedModel(model.identity, lambda: model, store=None)
+    from selfpref_sweep.data import load_dataset
+
+    articles = load_dataset(spec.dataset).articles
+    requests = []
+    for i, a in enumerate(articles):
+        other = articles[(i + 1) % len(articles)].text[:300]
+        for question in ("recognition", "preference"):
+            requests += pairwise_requests(handle, spec.prompts, question, Pair(a.id, a.text, a.text[:200], other)
+                                          ).values()
+
+    def judged(batches):
+        model.prefix_lru.clear()
+        return {r: d.probs for batch in batches for r, d in model.answer_distributions(batch)}
+
+    together = judged([requests])
+    assert judged([requests[1::2], requests[0::2]]) == together  # another batch and cache history
+    assert judged([[r] for r in reversed(requests)]) == together  # one at a time, last first
+
+    texts = [SequenceRequest(model.identity, a.text[:150], messages=(Message("user", f"Summarize: {a.text}"),))
+             for a in articles]
+    model.prefix_lru.clear()
+    scored = {r: s.total for r, s in model.sequence_logprobs(texts)}
+    model.prefix_lru.clear()
+    assert {r: s.total for t in reversed(texts) for r, s in model.sequence_logprobs([t])} == scored
+
+
+def _sweep_cmd(tmp_path, name):
+    return [sys.executable, "run.py", "-m", *BF16, "source=human", "setting=pairwise,individual",
+            "dataset.n_articles=3", "show_progress=false", "hydra.callbacks.analysis.enabled=false",
+            f"hydra.sweep.dir={tmp_path / name}", "hydra.sweep.subdir=${hydra.job.override_dirname}"]
+
+
+def _env(store):
+    return {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_STORE": str(store)}
+
+
+def _rows(store) -> int:
+    try:
+        with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as db:
+            return db.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _killed_at(cmd, store, rows: int, timeout_s: float = 600) -> bool:
+    """Start the sweep and SIGKILL it (its whole process group) once the store holds `rows` calls; False when
+    it finished first."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(store), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + timeout_s
+    while proc.poll() is None and time.time() < deadline:
+        if _rows(store) >= rows:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return True
+        time.sleep(0.2)
+    proc.wait(timeout=5)
+    return False
+
+
+def _scores(sweep_dir):
+    """Every item's per-order answer readings, by cell and article."""
+    out = {}
+    for path in sweep_dir.glob("*/results.jsonl"):
+        for line in path.read_text().splitlines():
+            item = json.loads(line)
+            out[(path.parent.name, item["article_id"])] = {q: item[q] for q in ("recognition", "preference")}
+    return out
+
+
+@pytest.mark.real_model
+def test_a_killed_and_resumed_bf16_sweep_matches_an_uninterrupted_one(tmp_path):
+    through = subprocess.run(_sweep_cmd(tmp_path, "through"), cwd=REPO, env=_env(tmp_path / "a.sqlite"),
+                             capture_output=True, text=True, timeout=900)
+    assert through.returncode == 0, through.stderr[-3000:]
+    total = _rows(tmp_path / "a.sqlite")
+    killed = [_killed_at(_sweep_cmd(tmp_path, "resumed"), tmp_path / "b.sqlite", rows)
+              for rows in (total // 4, total // 2)]
+    assert all(killed), "the sweep finished before it could be killed"
+    resumed = subprocess.run(_sweep_cmd(tmp_path, "resumed"), cwd=REPO, env=_env(tmp_path / "b.sqlite"),
+                             capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected, got = _scores(tmp_path / "through"), _scores(tmp_path / "resumed")
+    assert len(expected) == 6 and got == expected  # 2 cells x 3 articles, item for item, to the bit
