@@ -1,10 +1,10 @@
 """One cell of the experiment matrix: a short composition of the stages, plus its files and W&B run.
 
     articles -> summaries (own, other) -> pairs -> judge requests -> answer distributions -> scores -> record
-                                                -> familiarity (the judge's log-likelihood of each summary)
+                                                -> measurements (measurements.py: competence, familiarity, ...)
 
-Each stage lives in the module named after it (articles, summaries, pairs, judging, scoring, results);
-plan mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
+Each stage lives in the module named after it (cell_inputs for stages 1-3, judging, scoring, results); plan
+mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
 """
 
 from __future__ import annotations
@@ -15,24 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .articles import ArticleSelection, select_articles
-from .competence import CompetenceControl, competence_requests, control_summaries, score_competence
+from .cell_inputs import CellInputs, load_articles, prepare_inputs
 from .config import ModelConfig
-from .data import Dataset, load_dataset, selection_warnings
-from .errors import ConfigError, DataError
-from .familiarity import FamiliarityStage, familiarity_requests, measure_familiarity
+from .errors import ConfigError
 from .files import atomic_write_json, atomic_write_jsonl
-from .finetune import drop_training_articles, prepare_finetuned_evaluator
+from .finetune import prepare_finetuned_evaluator
 from .judging import ItemRequests, answer_distributions, judge_requests
+from .measurements import Measurement, Stage, registered
 from .models import POOL, load_model
 from .models.cached import CachedModel
-from .pairs import PairSet, assign_labels, make_pairs
-from .record import INVERSE_FILE, RESULTS_FILE, STATUS_SKIPPED, SUMMARY_FILE
+from .record import INVERSE_FILE, RESULTS_FILE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary, Verdict
 from .results import cell_summary, format_result, item_records, table_row
-from .scoring import score_items
+from .scoring import item_verdicts
 from .spec import CellSpec
 from .store import Store
-from .summaries import SummarySet, own_summaries, own_summaries_warnings, source_summaries
 from .tracking import CellTracker, log_finetune
 
 log = logging.getLogger(__name__)
@@ -44,74 +40,60 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     if spec.skip_reason:
         return _skipped(spec, run_dir)
     with CellModels(spec) as models:
-        dataset, warnings = _load_articles(spec)
-        warnings += own_summaries_warnings(spec.evaluator)
+        dataset, warnings = load_articles(spec)  # an empty selection fails here, before any training
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
         finetune = prepare_finetuned_evaluator(spec, evaluator)  # None when finetune_task=none
-        judge = models.load(finetune.model) if finetune else evaluator
+        judge_cfg = finetune.model if finetune else spec.evaluator
+        judge = models.load(judge_cfg) if finetune else evaluator
         source = models.load_source(spec.source_model, evaluator)
-        articles, n_dropped = drop_training_articles(dataset.articles, finetune)
-        if not articles:
-            raise DataError(f"Every article of {dataset.name!r} was a fine-tuning article; raise dataset.offset.")
-        selection = select_articles(articles, [spec.evaluator, spec.source_model], spec.summaries.max_new_tokens,
-                                    spec.articles)
-        own = own_summaries(evaluator, spec.evaluator, dataset, spec.prompts, selection.usable, spec.summaries)
+        inputs = prepare_inputs(spec, dataset, warnings, evaluator, source,
+                                finetune.train_article_ids if finetune else (),
+                                # the base's weights are not needed while its fine-tuned copy judges
+                                after_own=evaluator.close if finetune else None)
+        judged = judge_cell(inputs, judge, judge_cfg)
+        items = item_records(inputs, judged.verdicts, judged.measured)
+        summary = cell_summary(inputs, items, judged.measured)
         if finetune is not None:
-            evaluator.close()  # the base's weights are not needed while its fine-tuned copy judges
-        other = source_summaries(spec.source, source, dataset, spec.prompts, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries)
-        pairs = make_pairs(selection.usable, own, other, selection.excluded)
-        pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
-                                     spec.seed)
-        judged = judge_cell(spec, judge, finetune.model if finetune else spec.evaluator, dataset, selection, own,
-                            other, pairs)
-        items = item_records(spec, selection, own, other, pairs, judged.verdicts, judged.competence,
-                             judged.familiarity)
-        summary = cell_summary(spec, items, selection, warnings, judged.control, judged.competence,
-                               [own, other, judged.shown], judged.familiarity)
-        if finetune is not None:
-            summary["finetune"] = {**finetune.summary_block(), "eval_articles_dropped_as_training": n_dropped}
+            summary.extra["finetune"] = {**finetune.summary_block(),
+                                   "eval_articles_dropped_as_training": inputs.n_training_articles_dropped}
             if spec.finetune.settings.inverse_check:
-                summary["inverse_check"] = _inverse_check(spec, evaluator, judge, finetune.model, dataset,
-                                                          selection.all, run_dir)
-        summary.update(models.ledger())  # after every call of the cell (the inverse check's included)
-    atomic_write_jsonl(run_dir / RESULTS_FILE, items)
-    summary["elapsed_s"] = round(time.time() - start, 2)
+                summary.extra["inverse_check"] = _inverse_check(spec, evaluator, judge, finetune.model, dataset,
+                                                          inputs.selection.all, run_dir)
+        summary.extra.update(models.ledger())  # after every call of the cell (the inverse check's included)
+    atomic_write_jsonl(run_dir / RESULTS_FILE, [it.to_json() for it in items])
+    summary.elapsed_s = round(time.time() - start, 2)
     _track(spec, run_dir, wandb_group, summary, items)
-    atomic_write_json(run_dir / SUMMARY_FILE, summary)
-    print(format_result(summary, str(run_dir / SUMMARY_FILE)))
-    return summary
+    record = summary.to_json()
+    atomic_write_json(run_dir / SUMMARY_FILE, record)
+    print(format_result(record, str(run_dir / SUMMARY_FILE)))
+    return record
 
 
 @dataclass
 class CellJudgements:
-    """What the judge said about a cell's pairs: the judge requests and their verdicts, the competence
-    control (its requests and verdicts) and the familiarity stage."""
+    """What the judge said about a cell's pairs: the judge requests and their verdicts, and each registered
+    measurement with its stage (requests, and per-item records once scored)."""
 
     requests: List[ItemRequests]
-    verdicts: List[Dict[str, dict]]
-    control: CompetenceControl
-    competence: Dict[str, dict]  # article id -> the control's verdict
-    familiarity: FamiliarityStage
-    shown: SummarySet  # the summaries the control showed
+    verdicts: List[Dict[str, Verdict]]
+    measured: List[Tuple[Measurement, Stage]]
 
 
-def judge_cell(spec: CellSpec, judge: CachedModel, judge_cfg: ModelConfig, dataset: Dataset,
-               selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet) -> CellJudgements:
-    """Stages 4-6 for a cell's pairs: judge requests and the competence control -> answer distributions (one
-    batch, so the backend shares prompt prefixes across both) -> scores; the familiarity stage beside them.
-    `judge` is a CachedModel, or plan mode's stand-in (which serves placeholders and counts the calls)."""
-    requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, pairs.pairs, pairs.labels)
-    shown = control_summaries(spec.judge, own, other, dataset, selection.usable, spec.summaries)
-    control = competence_requests(judge, spec.judge, spec.evaluator.backend, spec.prompts, pairs.pairs, shown,
-                                  spec.seed)
-    familiarity = familiarity_requests(judge, judge_cfg, spec.judge, spec.prompts, dataset.task, selection.usable,
-                                       pairs.pairs, spec.summaries.max_new_tokens)
-    dists = answer_distributions(judge, [*requests, *control.items])
-    measure_familiarity(judge, familiarity)
+def judge_cell(inputs: CellInputs, judge, judge_cfg: ModelConfig) -> CellJudgements:
+    """Stages 4-6 for a cell's pairs: the judge requests and every measurement's answer requests -> answer
+    distributions (one batch, so the backend shares prompt prefixes across all of them) -> scores. `judge` is
+    a CachedModel, or plan mode's stand-in (which serves placeholders and counts the calls); `judge_cfg` its
+    model config."""
+    spec = inputs.spec
+    requests = judge_requests(judge, spec.prompts, spec.setting, spec.questions, inputs.pairs.pairs,
+                              inputs.pairs.labels)
+    measured = [(m, m.prepare(inputs, judge, judge_cfg)) for m in registered()]
+    dists = answer_distributions(judge, [*requests, *(r for _, stage in measured for r in stage.answer_items)])
     min_mass = spec.judge.min_answer_mass
-    return CellJudgements(requests, score_items(requests, dists, spec.setting, min_mass), control,
-                          score_competence(control, dists, min_mass), familiarity, shown)
+    for m, stage in measured:
+        if stage.enabled:
+            stage.records = m.score(judge, stage, dists, min_mass)
+    return CellJudgements(requests, item_verdicts(requests, dists, spec.setting, min_mass), measured)
 
 
 class CellModels:
@@ -154,18 +136,6 @@ class CellModels:
         self.store.close()
 
 
-def _load_articles(spec: CellSpec) -> Tuple[Dataset, List[str]]:
-    """The evaluation dataset, and warnings about its size (fewer articles than asked: said, never silent)."""
-    dataset = load_dataset(spec.dataset)
-    if not dataset.articles:
-        raise DataError(f"Dataset {dataset.name!r} selected no articles (n_articles={spec.dataset.n_articles}, "
-                        f"offset={spec.dataset.offset}).")
-    warnings = selection_warnings(spec.dataset, dataset)
-    for w in warnings:
-        log.warning(w)
-    return dataset, warnings
-
-
 def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,
                    articles, run_dir: Path) -> Dict[str, Any]:
     from .finetune.inverse import inverse_check
@@ -177,17 +147,18 @@ def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_
 
 def _skipped(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     """A grid point outside the design (e.g. a labelled individual cell): recorded as skipped, not failed."""
-    summary = {"status": STATUS_SKIPPED, "reason": spec.skip_reason, "cell": spec.coordinates.to_json()}
+    summary = CellSummary(STATUS_SKIPPED, spec.coordinates.to_json(), extra={"reason": spec.skip_reason}).to_json()
     atomic_write_json(run_dir / SUMMARY_FILE, summary)
     print(f"\n== skipped cell: {spec.skip_reason} ==")
     return summary
 
 
-def _track(spec: CellSpec, run_dir: Path, group: Optional[str], summary: Dict[str, Any], items) -> None:
+def _track(spec: CellSpec, run_dir: Path, group: Optional[str], summary: CellSummary, items) -> None:
     tracker = CellTracker(spec.wandb, run_dir, name=spec.coordinates.run_name, group=group or run_dir.name,
                           config=dict(spec.config))
     try:
-        summary["wandb_dir"] = tracker.log_cell(summary, [table_row(it, spec.questions) for it in items])
-        log_finetune(tracker.run, summary.get("finetune"))  # the training-loss curve as its own series
+        rows = [table_row(it, spec.questions) for it in items]
+        summary.extra["wandb_dir"] = tracker.log_cell(summary.to_json(), rows)
+        log_finetune(tracker.run, summary.extra.get("finetune"))  # the training-loss curve as its own series
     finally:
         tracker.finish()

@@ -116,12 +116,5 @@ def main() -> None:
         sys.exit(1)  # the sweep's summary paragraph has said which cells failed and why
 
 
-def analysis_main() -> None:
-    """The ``selfpref-analysis`` console script: ``python -m selfpref_sweep.analysis``."""
-    from .analysis.cli import main as analysis
-
-    sys.exit(analysis())
-
-
 if __name__ == "__main__":
     main()

@@ -17,14 +17,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, SettingName
 from .data import Article, Dataset
 from .judging import ItemRequests, pairwise_requests
+from .measurements import CI_FIELDS, Measurement, Stage, numbers
 from .pairs import Pair
-from .scoring import score_items, summarize_question, unjudged
+from .scoring import judge_passed, score_items, summarize_question, unjudged
 from .summaries import HUMAN, SummarySet, dataset_summaries
 
 QUESTION = "competence"  # prompts.pairwise.competence, and the verdict's key in results.jsonl
 NO_DISTRACTOR = "no_distractor"  # fewer than two articles with a summary: no other article to pair with
 IDENTICAL_SUMMARIES = "identical_summaries"  # the two articles' summaries are the same text: no right answer
-LOCAL_BACKENDS = ("local",)  # judge.competence=auto turns the control on for these (their calls cost nothing)
 
 
 @dataclass
@@ -43,14 +43,22 @@ class CompetenceControl:
         return sum(len(slots) for item in self.items for slots in item.by_question.values())
 
 
-def competence_enabled(cfg: JudgeConfig, judge_backend: str) -> Tuple[bool, str]:
-    """(on?, why): judge.competence, with auto on for local judges and off for API ones."""
+def competence_enabled(cfg: JudgeConfig, judge_backend) -> Tuple[bool, str]:
+    """(on?, why): judge.competence, with auto on where the judge's calls cost nothing (the backend contract's
+    costs_money: a local judge, or a server its model config marks `free: true`) and off where they may cost.
+    `judge_backend` is the judge's model config, or only its backend's name (then that backend's answer for a
+    config with no settings of its own, e.g. not marked free)."""
+    from .config import ModelConfig
+    from .models import backend_class
+
     mode = CompetenceMode(cfg.competence)
     if mode != CompetenceMode.auto:
         return mode == CompetenceMode.on, f"judge.competence={mode.value}"
-    if judge_backend in LOCAL_BACKENDS:
-        return True, f"judge.competence=auto, {judge_backend} judge"
-    return False, (f"judge.competence=auto is off for a {judge_backend} judge, whose calls may cost; "
+    model = (ModelConfig(name=str(judge_backend), backend=str(judge_backend)) if isinstance(judge_backend, str)
+             else judge_backend)
+    if not backend_class(model.backend).costs_money(model):
+        return True, f"judge.competence=auto, {model.backend} judge {model.name!r} whose calls cost nothing"
+    return False, (f"judge.competence=auto is off for the {model.backend} judge {model.name!r}, whose calls may cost; "
                    f"judge.competence=on turns it on (judge.competence_sample=N caps its articles)")
 
 
@@ -76,11 +84,11 @@ def derangement(ids: Sequence[str], seed: Any) -> Dict[str, str]:
     return {ids[i]: ids[order[i]] for i in range(len(ids))} if len(ids) > 1 else {}
 
 
-def competence_requests(judge, cfg: JudgeConfig, judge_backend: str, prompts: Mapping, pairs: Sequence[Pair],
+def competence_requests(judge, cfg: JudgeConfig, judge_backend, prompts: Mapping, pairs: Sequence[Pair],
                         summaries: SummarySet, seed: int) -> CompetenceControl:
     """The control's requests over the cell's judged articles (at most `competence_sample` of them, seeded).
     `judge` is the model that judges the cell (a fine-tuned one when the cell fine-tunes), or plan mode's
-    stand-in."""
+    stand-in; `judge_backend` its model config (or only its backend's name), as competence_enabled takes it."""
     enabled, reason = competence_enabled(cfg, judge_backend)
     if not enabled:
         return CompetenceControl(False, reason)
@@ -132,18 +140,6 @@ def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict
             "calls_sampled": control.n_requests, "summaries": control.summaries}
 
 
-def judge_passed(stats: Mapping[str, Any], threshold: float) -> Optional[bool]:
-    """Whether the judge passed the control: mean P(correct) >= threshold and the CI clear of 0.5; None when
-    there is nothing to tell it by (no scored article, or one article: no interval)."""
-    if stats["mean"] is None:
-        return None
-    if stats["mean"] < threshold:
-        return False
-    if stats["ci_low"] is None:
-        return None  # one article: no interval to tell chance from skill
-    return not (stats["ci_low"] <= 0.5 <= stats["ci_high"])
-
-
 def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
     """The control's line in the printed cell result."""
     if not block:
@@ -160,3 +156,59 @@ def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
         return f"{head}: the judge can tell which summary is of the article"
     return (f"{head}\n  warning: the judge could not do this task (which summary is of the article?, threshold "
             f"{block['threshold']:g}); a null here is uninformative")
+
+
+class CompetenceMeasurement(Measurement):
+    """The control as a measurement plug-in: its requests join the cell's judge batch; per item its verdict
+    (P(correct) per order), in summary.json its pass/fail block."""
+
+    name = QUESTION
+    item_key = QUESTION
+    summary_key = "judge_competence"
+    prefix = "jc"
+    omit_missing = True  # only sampled articles get the control
+    cell_column_names = ("jc_enabled", "jc_mean", "jc_ci_low", "jc_ci_high", "jc_n", "jc_threshold", "jc_passed",
+                         "jc_reason")
+
+    def prepare(self, inputs, judge, judge_cfg) -> Stage:
+        spec = inputs.spec
+        shown = control_summaries(spec.judge, inputs.own, inputs.other, inputs.dataset, inputs.selection.usable,
+                                  spec.summaries)
+        control = competence_requests(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs,
+                                      shown, spec.seed)
+        return Stage(control.enabled, control.reason, control.items, state=(control, shown))
+
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+        return score_competence(stage.state[0], dists, min_mass)
+
+    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+        spec = inputs.spec
+        return summarize_competence(stage.state[0], stage.records, spec.judge, int(spec.bootstrap.n_resamples),
+                                    float(spec.bootstrap.confidence), spec.seed)
+
+    def shown_summaries(self, stage: Stage) -> Sequence[SummarySet]:
+        return [stage.state[1]]
+
+    def format(self, block: Optional[Dict[str, Any]]) -> Optional[str]:
+        return format_competence(block)
+
+    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+        passed = summary_block.get("passed")
+        return {"jc_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
+                **numbers(summary_block, "jc", {**CI_FIELDS, "n": "n", "threshold": "threshold"}),
+                "jc_passed": passed if isinstance(passed, bool) else None,
+                "jc_reason": str(summary_block.get("reason") or "")}
+
+    def table_columns(self, record: Any) -> Dict[str, Any]:
+        return {"competence_score": (record or {}).get("score")}  # None: no control for this item
+
+    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+        if not isinstance(record, dict):
+            return None
+        out: Dict[str, Any] = {"P(correct)": record.get("score")}
+        if record.get("excluded"):
+            out["excluded"] = record.get("exclusion_reason")
+        for name, part in (record.get("orders") or {}).items():
+            if isinstance(part, dict):
+                out[f"{name} P(correct)"] = part.get("p_own")
+        return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -42,16 +42,31 @@ class FinetuneTaskName(str, Enum):
     readability = "readability"  # control: which summary has the higher Flesch reading ease (textstat)?
 
 
-class CompetenceMode(str, Enum):
-    auto = "auto"  # on for local judges (free), off for API judges (each call costs)
+# Tasks trained on the recognition prompt (own position, always "1", balanced random answers); the others ask
+# their own control question (which summary has more words, ...). Only `recognition` trains recognition itself.
+RECOGNITION_PROMPT_TASKS = (FinetuneTaskName.recognition, FinetuneTaskName.always_1, FinetuneTaskName.random)
+CONTROL_QUESTION_TASKS = (FinetuneTaskName.length, FinetuneTaskName.vowel, FinetuneTaskName.readability)
+# Tasks that train self-recognition (the analysis' recognition arms); every other fine-tune is a control arm,
+# including always_1 and random, which ask the recognition question with labels that carry no authorship.
+SELF_RECOGNITION_TASKS = (FinetuneTaskName.recognition,)
+
+
+class Switch(str, Enum):
+    """A three-way setting: on, off, or auto (decided per use, see each one)."""
+
+    auto = "auto"
     on = "on"
     off = "off"
 
 
-class FamiliarityMode(str, Enum):
-    auto = "auto"  # on where the judge's backend can score given text (local), off elsewhere (APIs)
-    on = "on"
-    off = "off"
+# judge.competence: auto = on for local judges (free), off for API judges (each call costs).
+CompetenceMode = Switch
+# judge.familiarity: auto = on where the judge's backend can score given text (local), off elsewhere (APIs).
+FamiliarityMode = Switch
+# Whether an OpenAI-compatible server scores given text (prompt logprobs from its completions endpoint): auto =
+# asked once per process, one small probe request (never to api.openai.com, which refuses); on = the server does
+# (vLLM, llama.cpp's servers), no probe; off = it does not, or do not use it.
+EchoLogprobsMode = Switch
 
 
 class CompetenceSummaries(str, Enum):
@@ -115,6 +130,14 @@ class ModelConfig:
     prefix_cache_mb: float = 1024
     # Local models: summaries decoded together in one left-padded batch (prompts of similar length).
     generate_batch: int = 8
+    # Local models: batch-invariant computation, so a result depends only on its own prompt, never on which
+    # other requests shared its batch or what the prefix cache held (a killed-and-resumed or re-split sweep gives
+    # the same numbers). Prompts run one at a time, their KV caches built in fixed chunks of
+    # batch_invariant_chunk tokens from position 0 and reused only at those boundaries. null (auto): on where
+    # the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
+    # float32 (exact up to float32 rounding, and faster batched). models/local.py.
+    batch_invariant: Optional[bool] = None
+    batch_invariant_chunk: int = 64
     display_name: Optional[str] = None
     # The key of the paper's published summaries this model wrote (gpt35, gpt4, llama): source=paper_<key> is
     # then this model's own text, and evaluator.own_summaries=paper_<key> its published own summaries.
@@ -138,6 +161,27 @@ class ModelConfig:
     # from the server takes precedence.
     retry_backoff_s: float = 0.5
     sample_fallback_k: int = 0  # >0: estimate answer probabilities from k samples when no logprobs
+    # API backends: the server's calls cost nothing (a server of one's own: vLLM, llama.cpp). Then
+    # judge.competence=auto turns the competence control on, as for local judges, and plan mode prices it at $0.
+    free: bool = False
+    # API backends: familiarity through the completions endpoint (echo=True: the prompt's token logprobs).
+    echo_logprobs: EchoLogprobsMode = EchoLogprobsMode.auto
+    # API backends, familiarity of a chat model: the served model's Jinja chat template (its text, or a path to a
+    # file holding it), rendered here to turn chat messages into the completions endpoint's prompt. null: chat
+    # models are not scored (the completions endpoint takes a raw prompt only).
+    chat_template: Optional[str] = None
+    # OpenAI Batch API (backend openai; models/openai_batch.py): a cell's uncached calls go as batches (JSONL
+    # upload, one batch per at most batch_max_requests lines, 24 h window) at batch_price_factor of the price.
+    # Each batch id is recorded in batch_dir (null: beside the call store, <store>.batches/), so a re-run
+    # resumes polling the same batch. Polls wait batch_poll_s, doubling up to batch_poll_max_s; after
+    # batch_wait_timeout_s the run stops (the batch goes on; a re-run resumes it).
+    batch: bool = False
+    batch_poll_s: float = 10.0
+    batch_poll_max_s: float = 300.0
+    batch_wait_timeout_s: float = 26 * 3600.0
+    batch_max_requests: int = 50000  # OpenAI's limit per batch
+    batch_price_factor: float = 0.5  # the Batch API's price relative to direct calls (OpenAI: half)
+    batch_dir: Optional[str] = None
     price_per_mtok_prompt: Optional[float] = None  # USD per million tokens, for the cost estimate
     price_per_mtok_completion: Optional[float] = None
     price_per_mtok_training: Optional[float] = None  # OpenAI fine-tuning, per trained token (x epochs)
@@ -307,6 +351,8 @@ class JudgeConfig:
     # Familiarity, a rival explanation: the judge's mean token log-likelihood of each summary given the
     # article and the summarization prompt. auto: on where the judge's backend can score text (local).
     familiarity: FamiliarityMode = FamiliarityMode.auto
+    # Settings of measurement plug-ins outside this schema (measurements.py): judge.measurements.<name>.*
+    measurements: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

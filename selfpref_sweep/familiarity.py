@@ -7,9 +7,11 @@ request: the same chat messages, the summary as the assistant's reply), one scor
 the item records the mean token log-likelihood of each. The judge is the model whose preference is measured
 (the fine-tuned one in a fine-tuned cell), so familiarity is the judging model's, not its base's.
 
-`judge.familiarity`: auto turns the stage on where the judge's backend can score given text (the local
-backend; chat APIs return logprobs of generated tokens only, so it is off there with the reason recorded);
-on requires such a backend; off skips it.
+`judge.familiarity`: auto turns the stage on where the judge can score given text, as its backend's contract
+says for its config (models/base.py, sequence_logprobs_support): the local backend can; an OpenAI-compatible
+server can where its completions endpoint echoes prompt logprobs (vLLM, llama.cpp's servers; its config's
+`echo_logprobs`, auto: one probe per process), with `chat_template` set for a chat model; OpenAI's API
+cannot. Where it cannot, the stage is off with the reason recorded; on requires it; off skips it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from .config import FamiliarityMode, JudgeConfig, ModelConfig
 from .data import Article
 from .errors import ConfigError
 from .models import backend_class
-from .models.base import SequenceLogprobs, SequenceRequest
+from .models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
+from .measurements import CI_FIELDS, Measurement, Stage, block, numbers
 from .pairs import Pair
 from .scoring import article_mean
 from .summaries import generation_request
@@ -45,21 +48,25 @@ class FamiliarityStage:
 
 
 def familiarity_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, str]:
-    """(on?, why): judge.familiarity, with auto on where the judge's backend scores given text."""
+    """(on?, why): judge.familiarity, with auto on where the judge can score given text, as its backend's
+    contract says for its config (sequence_logprobs_support: a local model can; a server can where its
+    completions endpoint echoes prompt logprobs, found once per process, so no item sends a doomed request).
+    The reason says which, and how it was decided."""
     mode = FamiliarityMode(cfg.familiarity)
-    offered = backend_class(judge_cfg.backend).offers_sequence_logprobs()
     if mode == FamiliarityMode.off:
         return False, "judge.familiarity=off"
+    offered, how = backend_class(judge_cfg.backend).sequence_logprobs_support(judge_cfg)
     if mode == FamiliarityMode.on:
         if not offered:
             raise ConfigError(f"judge.familiarity=on needs a judge whose backend can score given text; the "
-                              f"{judge_cfg.backend} backend of {judge_cfg.name!r} cannot (an API returns logprobs "
-                              f"of generated tokens only). Set judge.familiarity=auto or off.")
+                              f"{judge_cfg.backend} judge {judge_cfg.name!r} cannot: {how}. Set "
+                              f"judge.familiarity=auto or off.")
         return True, "judge.familiarity=on"
     if offered:
-        return True, f"judge.familiarity=auto, {judge_cfg.backend} judge"
-    return False, (f"judge.familiarity=auto is off for a {judge_cfg.backend} judge: its backend cannot score "
-                   f"given text")
+        # a backend that always scores text needs no "how" (the reason stays as older cells recorded it)
+        return True, f"judge.familiarity=auto, {judge_cfg.backend} judge" + ("" if how == SCORES_GIVEN_TEXT
+                                                                             else f": {how}")
+    return False, f"judge.familiarity=auto is off for the {judge_cfg.backend} judge {judge_cfg.name!r}: {how}"
 
 
 def familiarity_requests(judge, judge_cfg: ModelConfig, cfg: JudgeConfig, prompts: Mapping, task: str,
@@ -140,3 +147,48 @@ def format_familiarity(block: Optional[Dict[str, Any]]) -> Optional[str]:
 
     return (f"  familiarity       own - other log-likelihood/token {diff['mean']:+.3f}{ci(diff)}; "
             f"likelihood recognizer {lr['mean']:.3f}{ci(lr)} (n={block['n']})")
+
+
+class FamiliarityMeasurement(Measurement):
+    """The stage as a measurement plug-in: per item the judge's log-likelihood of each summary, in
+    summary.json the mean difference and the likelihood recognizer."""
+
+    name = item_key = summary_key = FIELD
+    prefix = "fam"
+    cell_column_names = ("fam_enabled", *(f"fam_{b}_{k}" for b in ("diff", "lr") for k in CI_FIELDS), "fam_n",
+                         "fam_reason")
+    item_column_names = ("fam_own", "fam_other", "fam_difference")
+
+    def prepare(self, inputs, judge, judge_cfg) -> Stage:
+        spec = inputs.spec
+        stage = familiarity_requests(judge, judge_cfg, spec.judge, spec.prompts, inputs.dataset.task,
+                                     inputs.selection.usable, inputs.pairs.pairs, spec.summaries.max_new_tokens)
+        return Stage(stage.enabled, stage.reason, state=stage)
+
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+        return measure_familiarity(judge, stage.state).records
+
+    def n_requests(self, stage: Stage) -> int:
+        return len(stage.state.flat())
+
+    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+        boot = inputs.spec.bootstrap
+        return summarize_familiarity(stage.state, n_items, int(boot.n_resamples), float(boot.confidence),
+                                     inputs.spec.seed)
+
+    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+        return format_familiarity(summary_block)
+
+    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+        return {"fam_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
+                **numbers(block(summary_block, "mean_difference"), "fam_diff", CI_FIELDS),
+                **numbers(block(summary_block, "likelihood_recognition"), "fam_lr", CI_FIELDS),
+                **numbers(summary_block, "fam", {"n": "n"}),
+                "fam_reason": str(summary_block.get("reason") or "")}
+
+    def item_columns(self, record: Any) -> Dict[str, Any]:
+        return numbers(record if isinstance(record, dict) else {}, "fam",
+                       {"own": OWN, "other": OTHER, "difference": "difference"})
+
+    def table_columns(self, record: Any) -> Dict[str, Any]:
+        return {"familiarity_difference": (record or {}).get("difference")}

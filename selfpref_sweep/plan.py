@@ -15,22 +15,19 @@ from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 
-from .articles import select_articles
 from .cell import judge_cell
+from .cell_inputs import load_articles, prepare_inputs
 from .config import ModelConfig
-from .data import load_dataset, selection_warnings
 from .files import atomic_write_json
-from .finetune import finetune_plan, format_plan, planned_judge
+from .finetune import finetune_plan, format_plan, planned_judge, planned_training_articles
 from .judging import flatten
 from .models import backend_class
 from .models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
 from .models.cached import CachedModel, stored_result
-from .pairs import assign_labels, make_pairs
 from .preflight import cell_preflight, finetune_cost, grid_preflight
-from .record import PLAN_FILE, STATUS_PLAN
+from .record import PLAN_FILE, CellPlan
 from .spec import CellSpec
 from .store import Store
-from .summaries import own_summaries, source_summaries
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget
 SUMMARY_TOKENS_GUESS = 45  # a one-sentence or highlights summary, when not generated yet
@@ -99,80 +96,68 @@ class PlanningModel:
         pass
 
     def cost(self) -> Optional[float]:
-        if self.cfg.backend == "local":
+        if not backend_class(self.cfg.backend).costs_money(self.cfg):  # local, or a server marked free
             return 0.0
         p, c = self.cfg.price_per_mtok_prompt, self.cfg.price_per_mtok_completion
         if p is None or c is None:
             return None  # no price known for this model
-        return (self.prompt_tokens * p + self.completion_tokens * c) / 1e6
+        factor = float(getattr(self.cfg, "batch_price_factor", 0.5)) if self.batch else 1.0  # the Batch API: OpenAI bills half
+        return (self.prompt_tokens * p + self.completion_tokens * c) / 1e6 * factor
+
+    @property
+    def batch(self) -> bool:
+        """Whether the run sends this model's uncached calls through the OpenAI Batch API (batch: true)."""
+        return backend_class(self.cfg.backend).sends_batches(self.cfg)
 
     def summary(self) -> Dict[str, Any]:
         return {"model": self.identity.label, "uncached_calls": self.calls, "prompt_tokens_est": self.prompt_tokens,
-                "completion_tokens_est": self.completion_tokens, "cost_usd_est": self.cost()}
+                "completion_tokens_est": self.completion_tokens, "cost_usd_est": self.cost(), "batch": self.batch}
 
 
 def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     """The cell's stages with stand-in models: the calls, tokens and cost its run would need."""
     if spec.skip_reason:  # a grid point outside the design: its run would be skipped, at no cost
-        return _write_plan(run_dir, {
-            "status": STATUS_PLAN, "cell": spec.coordinates.to_json(), "skipped": spec.skip_reason,
-            "uncached_calls": 0, "prompt_tokens_est": 0, "completion_tokens_est": 0, "cost_usd_est": 0.0,
-            "finetune": None, "preflight": [], "warnings": []})
+        return _write_plan(run_dir, CellPlan(spec.coordinates.to_json(), skipped=spec.skip_reason))
     store = Store(spec.store_path)
     try:
         ft_plan = finetune_plan(spec)  # None when finetune_task=none; never trains
-        dataset = load_dataset(spec.dataset)
-        selection = select_articles(dataset.articles, [spec.evaluator, spec.source_model],
-                                    spec.summaries.max_new_tokens, spec.articles)
+        dataset, warnings = load_articles(spec)
         models = {"evaluator": PlanningModel(spec.evaluator, store)}
         if spec.source_model is not None:
             models["source"] = PlanningModel(spec.source_model, store)
         tuned = planned_judge(spec)
         if tuned is not None:  # a different identity: none of its calls is cached before it exists
             models["judge"] = PlanningModel(tuned, store)
-        judge = models.get("judge", models["evaluator"])
-        own = own_summaries(models["evaluator"], spec.evaluator, dataset, spec.prompts, selection.usable,
-                            spec.summaries)
-        other = source_summaries(spec.source, models.get("source"), dataset, spec.prompts, selection.usable,
-                                 spec.summaries.max_new_tokens, spec.summaries)
-        pairs = make_pairs(selection.usable, own, other, selection.excluded)
-        pairs.labels = assign_labels(spec.label, pairs.pairs, spec.own_display_name, spec.other_display_name,
-                                     spec.seed)
-        judged = judge_cell(spec, judge, tuned or spec.evaluator, dataset, selection, own, other, pairs)
-        requests, control, familiarity = judged.requests, judged.control, judged.familiarity
+        inputs = prepare_inputs(spec, dataset, warnings, models["evaluator"], models.get("source"),
+                                planned_training_articles(spec))
+        judged = judge_cell(inputs, models.get("judge", models["evaluator"]), tuned or spec.evaluator)
     finally:
         store.close()
-    judge_prompts = flatten(requests)
+    judge_prompts = flatten(judged.requests)
     preflight = cell_preflight(
         [spec.evaluator, spec.source_model], spec.model_cache, ft_plan, spec.evaluator,
         spec.finetune.settings.openai.n_epochs if spec.finetune else None,
         # a training example is a judge prompt of the same shape, plus its one answer token
         sum(map(request_tokens, judge_prompts)) / len(judge_prompts) + 1 if judge_prompts else None)
     costs = [m.cost() for m in models.values()]
-    plan = {
-        "status": STATUS_PLAN,
-        "cell": spec.coordinates.to_json(),
-        "n_articles": len(selection.all),
-        "n_empty_articles": len(selection.excluded),
-        "warnings": selection_warnings(spec.dataset, dataset),
-        "uncached_calls": sum(m.calls for m in models.values()),
-        "prompt_tokens_est": sum(m.prompt_tokens for m in models.values()),
-        "completion_tokens_est": sum(m.completion_tokens for m in models.values()),
-        "cost_usd_est": None if any(c is None for c in costs) else round(sum(costs), 4),
-        "finetune": ft_plan,
-        # the competence control's judge requests (cached or not), included in uncached_calls above
-        "judge_competence": {"enabled": control.enabled, "requests": control.n_requests, "reason": control.reason},
-        # the familiarity stage's scoring requests (cached or not), included in uncached_calls above
-        "familiarity": {"enabled": familiarity.enabled, "requests": len(familiarity.flat()),
-                        "reason": familiarity.reason},
-        "preflight": [w.to_json() for w in preflight],
-        "by_model": {role: m.summary() for role, m in models.items()},
-    }
+    plan = CellPlan(
+        spec.coordinates.to_json(), n_articles=len(inputs.selection.all),
+        n_empty_articles=len(inputs.selection.excluded), warnings=inputs.warnings,
+        uncached_calls=sum(m.calls for m in models.values()),
+        prompt_tokens_est=sum(m.prompt_tokens for m in models.values()),
+        completion_tokens_est=sum(m.completion_tokens for m in models.values()),
+        cost_usd_est=None if any(c is None for c in costs) else round(sum(costs), 4),
+        # the roles whose calls go through the OpenAI Batch API, priced at its rate (batch_price_factor)
+        batch_price=[role for role, m in models.items() if m.batch], finetune=ft_plan,
+        # each measurement's judge calls (cached or not), included in uncached_calls above
+        extra={m.summary_key: stage.plan_block(m.n_requests(stage)) for m, stage in judged.measured},
+        preflight=[w.to_json() for w in preflight], by_model={role: m.summary() for role, m in models.items()})
     return _write_plan(run_dir, plan)
 
 
-def _write_plan(run_dir: Path, plan: Dict[str, Any]) -> Dict[str, Any]:
+def _write_plan(run_dir: Path, record: CellPlan) -> Dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
+    plan = record.to_json()
     atomic_write_json(run_dir / PLAN_FILE, plan)
     print(format_plan_line(plan))
     for w in plan["warnings"]:
@@ -194,9 +179,10 @@ def format_plan_line(plan: Dict[str, Any]) -> str:
             f"finetune={c['finetune_task']}): ")
     if plan.get("skipped"):
         return f"{head}skipped: {plan['skipped']}"
+    batch = plan.get("batch_price") or []
     return (f"{head}{plan['uncached_calls']} calls not cached, "
             f"~{plan['prompt_tokens_est']:,} prompt + ~{plan['completion_tokens_est']:,} completion tokens, "
-            f"{_money(plan['cost_usd_est'])}")
+            f"{_money(plan['cost_usd_est'])}" + (f" (batch price for {', '.join(batch)})" if batch else ""))
 
 
 def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
@@ -217,8 +203,9 @@ def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
     print(f"  total: {sum(p['uncached_calls'] for p in plans):,} calls not cached, "
           f"~{sum(p['prompt_tokens_est'] for p in plans):,} prompt + "
           f"~{sum(p['completion_tokens_est'] for p in plans):,} completion tokens, "
-          f"{_money(None if any(c is None for c in total_cost) else sum(total_cost))} for judging and summaries. "
-          f"Nothing was spent.")
+          f"{_money(None if any(c is None for c in total_cost) else sum(total_cost))} for judging and summaries"
+          + (f" ({sum(1 for p in plans if p.get('batch_price'))} of the cells at the Batch API's price)"
+             if any(p.get("batch_price") for p in plans) else "") + ". Nothing was spent.")
     if any(p.get("finetune") for p in plans):
         judging = None if any(c is None for c in total_cost) else sum(total_cost)
         tuning = finetune_cost(plans)

@@ -1,9 +1,10 @@
 """Pre-flight checks for plan mode: what would make a cell fail, or cost money, before anything is spent.
 
-Per cell, plan mode lists:
+Per cell, plan mode lists what each model's backend reports (the contract's `preflight_problems`, models/base.py):
   - api_key:      an API model whose key variable is unset (off loopback), so every call would fail;
   - weights:      a local model whose weights are not on this machine (packages missing, or a hub id with
                   no local copy), so loading would fail;
+and of the cell's fine-tune:
   - finetune_min_examples: an OpenAI fine-tune with fewer examples than the API accepts;
   - finetune_cost: what an OpenAI fine-tune would cost (trained tokens x epochs x training price).
 The grid's total counts the warnings by kind and sums the fine-tuning cost over distinct fine-tunes (cells
@@ -12,7 +13,6 @@ that share one train it once). Nothing here loads a model or reaches a network.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
@@ -32,29 +32,27 @@ class PreflightWarning:
         return asdict(self)
 
 
+def model_warnings(model: ModelConfig, model_cache: str) -> List[PreflightWarning]:
+    """What the model's backend says would make its calls fail (its contract's preflight_problems: an unset
+    API key for a server that needs one, weights not on this machine, ...)."""
+    from .models import backend_class
+
+    return [PreflightWarning(kind, model.name, message)
+            for kind, message in backend_class(model.backend).preflight_problems(model, model_cache)]
+
+
+def _of_kind(model: ModelConfig, model_cache: str, kind: str) -> Optional[PreflightWarning]:
+    return next((w for w in model_warnings(model, model_cache) if w.kind == kind), None)
+
+
 def missing_api_key(model: ModelConfig) -> Optional[PreflightWarning]:
     """An API model whose key variable is unset, where the server needs one (anything off loopback)."""
-    if model.backend != "openai":
-        return None
-    from .models.openai_api import DEFAULT_BASE_URL, is_loopback
-
-    base_url = str(model.base_url or DEFAULT_BASE_URL)
-    env = str(model.api_key_env or "OPENAI_API_KEY")
-    if is_loopback(base_url) or os.environ.get(env, "").strip():
-        return None
-    return PreflightWarning("api_key", model.name, f"{model.name}: the environment variable {env} (its API key) "
-                                                   f"is not set; every call to {base_url} would fail")
+    return _of_kind(model, "", "api_key")
 
 
 def unavailable_weights(model: ModelConfig, model_cache: str) -> Optional[PreflightWarning]:
-    if model.backend != "local":
-        return None
-    from .models.weights import weights_problem
-
-    problem = weights_problem(model, model_cache)
-    if problem is None:
-        return None
-    return PreflightWarning("weights", model.name, f"{model.name}: weights not available locally: {problem}")
+    """A local model whose weights are not on this machine."""
+    return _of_kind(model, model_cache, "weights")
 
 
 def finetune_warnings(base: ModelConfig, plan: Optional[Dict[str, Any]], n_epochs: Optional[int],
@@ -103,7 +101,7 @@ def cell_preflight(models: Iterable[ModelConfig], model_cache: str, finetune_pla
         if model is None or model.name in seen:
             continue
         seen.add(model.name)
-        out += [w for w in (missing_api_key(model), unavailable_weights(model, model_cache)) if w is not None]
+        out += model_warnings(model, model_cache)
     return out + finetune_warnings(finetune_base, finetune_plan, n_epochs, tokens_per_example)
 
 

@@ -1,21 +1,26 @@
 """The record a cell leaves behind, in one place: its coordinates in the matrix, the transfer rule,
-the files and field names of summary.json and results.jsonl, and the W&B group of a sweep.
+the files and field names of summary.json and results.jsonl, the W&B group of a sweep, and the record types
+(the reading of one order, a question's verdict, an item, a question's statistics, the cell summary, the
+plan) with their to_json / from_json, and read_cell, which reads a cell directory back.
 
-The cell writes these records, run.py names the W&B group, and the analysis reads them back; all of
-them import this module, so the three can never disagree.
+The cell and plan mode write these records, the planted-bias simulator builds them as the cell does, run.py
+names the W&B group, and every reader of a sweep (analysis/load.py, items_view.py, wandb_panels.py) reads
+them back through read_cell; all of them import this module, so they can never disagree.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import json
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 # Files in a cell's directory.
 SUMMARY_FILE = "summary.json"
 RESULTS_FILE = "results.jsonl"
-ERROR_FILE = "cell.error.txt"
+ERROR_FILE = "cell.error.txt"  # a cell's failure (cli.py writes it)
+ANALYSIS_ERROR_FILE = "error.txt"  # the analysis' own failure, in <sweep>/analysis/ (callback.py writes it)
 PLAN_FILE = "plan.json"
 INVERSE_FILE = "inverse.jsonl"
 
@@ -25,14 +30,11 @@ STATUS_SKIPPED = "skipped"
 STATUS_PLAN = "plan"
 
 QUESTIONS = ("recognition", "preference")
+QUESTION_PREFIX = {"recognition": "rec", "preference": "pref"}  # the analysis frames' column prefixes
 
-# results.jsonl: one line per article. Per question, a verdict with these fields (see scoring.py).
+# results.jsonl: one line per article (Item below); per question a Verdict, whose fields are the schema's.
 ITEM_ID = "article_id"
-ITEM_SOURCE = "source"
-SCORE = "score"
 LOGODDS = "logodds"  # the position-debiased log-odds score (scoring.pair_logodds / individual_logodds)
-EXCLUDED = "excluded"
-EXCLUSION_REASON = "exclusion_reason"
 
 # Values a missing coordinate takes in an older summary.json.
 CELL_DEFAULTS: Dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}
@@ -88,3 +90,377 @@ def wandb_group_name(sweep_dir: str | Path) -> str:
     """The W&B group of a sweep's cell runs and of its analysis run: the sweep dir as Hydra spelled
     it, '/' -> '_'."""
     return Path(sweep_dir).as_posix().replace("/", "_")
+
+
+# ------------------------------------------------------------------------------- the record schema
+# What a cell writes, as types: the reading of one order (or one summary, individual setting), a question's
+# verdict, an item (one results.jsonl line), a question's statistics and the cell summary (summary.json).
+# Each has to_json (the file's form) and from_json (tolerant of older records: a missing field reads as
+# None or empty). Measurements (measurements.py) keep their own item records and summary blocks; the schema
+# carries them through untouched, by key.
+
+
+def plain(value: Any) -> Any:
+    """A value in its JSON form: record objects by their to_json, containers element by element."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def _dict(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass
+class OrderReading:
+    """One order of a pairwise question: the raw probabilities of "1" and "2", their mass, the renormalized
+    probability of the answer naming the own summary, and the answer the judge leaned to."""
+
+    probs: Dict[str, float]  # raw probability of each answer (all spellings)
+    mass: float
+    p_own: Optional[float]  # renormalized probability of the answer naming the own summary
+    own_position: int  # 1 or 2
+    chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
+    method: str
+    missing_reason: Optional[str] = None  # from the backend, e.g. "no_logprobs"
+    bounded: List[str] = field(default_factory=list)  # answers valued at an upper bound (AnswerDistribution)
+
+    @property
+    def chosen(self) -> str:
+        if self.chosen_position is None:
+            return "tie" if self.mass > 0 else "none"
+        return "own" if self.chosen_position == self.own_position else "other"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
+                "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method,
+                "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "OrderReading":
+        return cls(dict(_dict(d.get("probs"))), d.get("mass") or 0.0, d.get("p_own"), d.get("own_position") or 1,
+                   d.get("chosen_position"), d.get("method") or "", d.get("missing_reason"),
+                   list(d.get("bounded") or []))
+
+
+@dataclass
+class SummaryReading:
+    """One summary judged alone (individual setting): the answers' probabilities, their mass, and the value
+    read from them (P(Yes) renormalized, or the expected 1-5 score)."""
+
+    probs: Dict[str, float]
+    mass: float
+    value: Optional[float]
+    method: str
+    missing_reason: Optional[str] = None
+    bounded: List[str] = field(default_factory=list)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"probs": self.probs, "mass": self.mass, "value": self.value, "method": self.method,
+                "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SummaryReading":
+        return cls(dict(_dict(d.get("probs"))), d.get("mass") or 0.0, d.get("value"), d.get("method") or "",
+                   d.get("missing_reason"), list(d.get("bounded") or []))
+
+
+_VERDICT_KEYS = ("score", "logodds", "excluded", "exclusion_reason", "consistent", "orders", "summaries", "labels")
+
+
+@dataclass
+class Verdict:
+    """A question's verdict on one item: the paper's score and the log-odds score (None when excluded, with
+    the reason), whether the two orders agreed, and the readings behind it: `orders` (pairwise: forward,
+    backward) or `summaries` (individual: own, other); none for an item that could not be judged."""
+
+    score: Optional[float]
+    logodds: Optional[float]
+    excluded: bool
+    exclusion_reason: Optional[str]
+    consistent: Optional[bool] = None
+    orders: Optional[Dict[str, OrderReading]] = None
+    summaries: Optional[Dict[str, SummaryReading]] = None
+    labels: Optional[Dict[str, str]] = None  # the labels the preference prompt gave own and other
+    extra: Dict[str, Any] = field(default_factory=dict)  # a measurement's own fields (e.g. the distractor)
+
+    def readings(self) -> List[Any]:
+        """The verdict's readings: two orders, two summaries, or none (unjudged)."""
+        return list((self.orders or self.summaries or {}).values())
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"score": self.score, "logodds": self.logodds, "excluded": self.excluded,
+                               "exclusion_reason": self.exclusion_reason, "consistent": self.consistent}
+        for name in ("orders", "summaries"):
+            if getattr(self, name) is not None:
+                out[name] = {k: r.to_json() for k, r in getattr(self, name).items()}
+        if self.labels is not None:
+            out["labels"] = dict(self.labels)
+        return {**out, **plain(self.extra)}
+
+    @classmethod
+    def from_json(cls, d: Any) -> Optional["Verdict"]:
+        """None for a missing or malformed verdict."""
+        if not isinstance(d, dict):
+            return None
+        orders, summaries = d.get("orders"), d.get("summaries")
+        extra = {k: v for k, v in d.items() if k not in _VERDICT_KEYS}
+        if summaries is not None and not isinstance(summaries, dict):  # e.g. the competence control's name
+            extra["summaries"], summaries = summaries, None
+        if isinstance(orders, dict):
+            orders = {k: OrderReading.from_json(_dict(v)) for k, v in orders.items()}
+        if summaries is not None:
+            summaries = {k: SummaryReading.from_json(_dict(v)) for k, v in summaries.items()}
+        return cls(d.get("score"), d.get("logodds"), bool(d.get("excluded", False)), d.get("exclusion_reason"),
+                   d.get("consistent"), orders if isinstance(orders, dict) else None, summaries, d.get("labels"), extra)
+
+
+def verdict_of(item: Any, question: str) -> Optional[Verdict]:
+    """An item's verdict on a question, whatever form the item is in (Item, or a dict of verdicts or of
+    their JSON forms, as measurements build them)."""
+    v = item.verdicts.get(question) if isinstance(item, Item) else item.get(question)
+    return v if isinstance(v, Verdict) else Verdict.from_json(v)
+
+
+def article_of(item: Any) -> str:
+    return item.article_id if isinstance(item, Item) else item[ITEM_ID]
+
+
+_ITEM_TEXT_KEYS = ("evaluator", "source", "dataset", "article", "article_truncated", "own_summary", "other_summary")
+
+
+@dataclass
+class Item:
+    """One results.jsonl line: an article of the cell, judged (a verdict per question) or with the reason it
+    could not be; the texts the judge saw; each measurement's record by its item key."""
+
+    article_id: str
+    evaluator: Optional[str] = None
+    source: Optional[str] = None
+    dataset: Optional[str] = None
+    article: Optional[str] = None
+    article_truncated: bool = False
+    own_summary: Optional[str] = None
+    other_summary: Optional[str] = None
+    verdicts: Dict[str, Verdict] = field(default_factory=dict)  # question -> verdict
+    measured: Dict[str, Any] = field(default_factory=dict)  # a measurement's item key -> its record
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {ITEM_ID: self.article_id, **{k: getattr(self, k) for k in _ITEM_TEXT_KEYS}}
+        out.update({q: v.to_json() for q, v in self.verdicts.items()})
+        return {**out, **plain(self.measured)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> "Item":
+        """Questions absent from the line have no verdict; a malformed verdict is kept out too."""
+        verdicts = {q: v for q in questions if q in d for v in [Verdict.from_json(d[q])] if v is not None}
+        known = {ITEM_ID, *_ITEM_TEXT_KEYS, *questions}
+        return cls(str(d[ITEM_ID]), *(d.get(k) for k in _ITEM_TEXT_KEYS[:4]), bool(d.get("article_truncated")),
+                   d.get("own_summary"), d.get("other_summary"), verdicts,
+                   {k: v for k, v in d.items() if k not in known})
+
+
+@dataclass
+class QuestionStats:
+    """A question's statistics over a cell's items: the paper's score with its CI and counts, the share of
+    position-consistent verdicts, the log-odds score (`logodds`: mean, CI and `mde`), the smallest detectable
+    effect (`mde`) and the bounded readings."""
+
+    mean: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    n: Optional[int] = 0  # None: not recorded (an older cell)
+    n_excluded: Optional[int] = 0
+    exclusions: Dict[str, int] = field(default_factory=dict)
+    position_consistency: Optional[float] = None
+    logodds: Dict[str, Any] = field(default_factory=dict)
+    mde: Dict[str, Any] = field(default_factory=dict)
+    bounded_readings: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Any) -> Optional["QuestionStats"]:
+        if not isinstance(d, dict):
+            return None
+        return cls(d.get("mean"), d.get("ci_low"), d.get("ci_high"), d.get("n"), d.get("n_excluded"),
+                   dict(_dict(d.get("exclusions"))), d.get("position_consistency"), dict(_dict(d.get("logodds"))),
+                   dict(_dict(d.get("mde"))), dict(_dict(d.get("bounded_readings"))))
+
+
+_SUMMARY_KEYS = ("status", "cell", "n_articles", "n_items", "n_excluded", "exclusions", "n_truncated_articles",
+                 "position_consistency", "min_answer_mass", "own_summaries", "standardization", "warnings",
+                 "elapsed_s")
+
+
+@dataclass
+class CellSummary:
+    """summary.json: the cell's status and coordinates; for a complete cell its counts, each question's
+    statistics, where the own summaries came from and what standardization stripped; `extra` holds every
+    other block by key (each measurement's, the fine-tune's, the model-call ledger, a skipped cell's reason).
+    A field that is None was not recorded (an older or a skipped cell) and is left out of the file."""
+
+    status: Optional[str]
+    cell: Dict[str, Any] = field(default_factory=dict)  # CellCoordinates.to_json(); older cells lack keys
+    n_articles: Optional[int] = None
+    n_items: Optional[int] = None
+    n_excluded: Optional[int] = None
+    exclusions: Optional[Dict[str, int]] = None
+    n_truncated_articles: Optional[int] = None
+    questions: Dict[str, QuestionStats] = field(default_factory=dict)  # written at the top level, by question
+    position_consistency: Optional[Dict[str, Optional[float]]] = None
+    min_answer_mass: Optional[float] = None
+    own_summaries: Optional[Dict[str, Any]] = None
+    standardization: Optional[Dict[str, Dict[str, int]]] = None
+    warnings: Optional[List[str]] = None
+    elapsed_s: Optional[float] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == STATUS_COMPLETE
+
+    def block(self, key: str) -> Dict[str, Any]:
+        """An `extra` block ({} when absent or malformed)."""
+        return _dict(self.extra.get(key))
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"status": self.status, "cell": dict(self.cell)}
+        for key in _SUMMARY_KEYS[2:]:
+            value = getattr(self, key)
+            if value is not None or (key == "elapsed_s" and self.complete):
+                out[key] = value
+        out.update({q: s.to_json() for q, s in self.questions.items()})
+        return {**out, **plain(self.extra)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> "CellSummary":
+        stats = {q: s for q in questions for s in [QuestionStats.from_json(d.get(q))] if s is not None}
+        known = {*_SUMMARY_KEYS, *questions}
+        return cls(d.get("status"), dict(_dict(d.get("cell"))), *(d.get(k) for k in _SUMMARY_KEYS[2:7]), stats,
+                   *(d.get(k) for k in _SUMMARY_KEYS[7:]), {k: v for k, v in d.items() if k not in known})
+
+
+_PLAN_OPTIONAL = ("skipped", "n_articles", "n_empty_articles", "batch_price", "by_model")
+
+
+@dataclass
+class CellPlan:
+    """plan.json: what a cell's run would need (plan=true): its calls not cached, tokens and cost, the roles
+    priced at a batch API's rate, the fine-tune's plan, each measurement's calls (`extra`, by its summary key),
+    the pre-flight problems and the calls per model. A skipped cell's plan names why and needs nothing."""
+
+    cell: Dict[str, Any]
+    uncached_calls: int = 0
+    prompt_tokens_est: int = 0
+    completion_tokens_est: int = 0
+    cost_usd_est: Optional[float] = 0.0
+    finetune: Optional[Dict[str, Any]] = None
+    preflight: List[Dict[str, Any]] = field(default_factory=list)
+    warnings: List[str] = field(default_factory=list)
+    skipped: Optional[str] = None  # the fields from here on are left out of the file when None
+    n_articles: Optional[int] = None
+    n_empty_articles: Optional[int] = None
+    batch_price: Optional[List[str]] = None
+    by_model: Optional[Dict[str, Any]] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"status": STATUS_PLAN}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "extra" and not (f.name in _PLAN_OPTIONAL and value is None):
+                out[f.name] = plain(value)
+        return {**out, **plain(self.extra)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CellPlan":
+        names = [f.name for f in fields(cls) if f.name != "extra"]
+        return cls(**{k: d[k] for k in names if k in d},
+                   extra={k: v for k, v in d.items() if k not in names and k != "status"})
+
+
+# ------------------------------------------------------------------------------------ reading a cell
+@dataclass
+class CellRecord:
+    """What one cell directory holds, read back: its summary (None when absent or unreadable, the reason in
+    `summary_problem`), its items (empty when results.jsonl is absent: `has_results`), the results.jsonl lines
+    that could not be parsed, and its error file's text."""
+
+    path: Path
+    summary: Optional[CellSummary] = None
+    summary_problem: str = ""
+    summary_found: bool = False  # summary.json exists (readable or not)
+    items: List[Item] = field(default_factory=list)
+    has_results: bool = False
+    results_problem: str = ""
+    bad_lines: int = 0
+    error: str = ""
+
+
+def read_error(cell_dir: Path) -> str:
+    """The cell's error file, "" when none."""
+    path = Path(cell_dir) / ERROR_FILE
+    if not path.is_file():
+        return ""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError as exc:
+        return f"(unreadable {ERROR_FILE}: {exc})"
+
+
+def read_summary(cell_dir: Path) -> Tuple[Optional[CellSummary], str]:
+    """(summary, "") or (None, why not): no summary.json, unreadable, or not a JSON object."""
+    path = Path(cell_dir) / SUMMARY_FILE
+    if not path.is_file():
+        return None, f"no {SUMMARY_FILE}"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        return None, f"unreadable {SUMMARY_FILE}: {exc}"
+    if not isinstance(data, dict):
+        return None, f"{SUMMARY_FILE} is not a JSON object"
+    return CellSummary.from_json(data), ""
+
+
+def read_items(path: Path) -> Tuple[List[Item], int]:
+    """The items of a results.jsonl and how many of its lines could not be parsed (not JSON, not an object,
+    no article id). Raises OSError when the file cannot be read."""
+    items: List[Item] = []
+    bad = 0
+    with Path(path).open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if not isinstance(data, dict) or data.get(ITEM_ID) is None:
+                bad += 1
+                continue
+            items.append(Item.from_json(data))
+    return items, bad
+
+
+def read_cell(cell_dir: str | Path, items: bool = True) -> CellRecord:
+    """Everything a cell directory holds, read once, never raising for a damaged file (the problem is named
+    instead). `items=False` skips results.jsonl (a reader that needs only the summary)."""
+    cell_dir = Path(cell_dir)
+    summary, problem = read_summary(cell_dir)
+    record = CellRecord(cell_dir, summary, problem, (cell_dir / SUMMARY_FILE).is_file(), error=read_error(cell_dir))
+    results = cell_dir / RESULTS_FILE
+    record.has_results = results.is_file()
+    if items and record.has_results:
+        try:
+            record.items, record.bad_lines = read_items(results)
+        except OSError as exc:
+            record.results_problem = f"unreadable {RESULTS_FILE} ({exc})"
+    return record

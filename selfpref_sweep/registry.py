@@ -18,5 +18,8 @@ def resolve(builtins: Dict[str, str], env_var: str, name: str, what: str):
         entries[key.strip()] = target.strip()
     if name not in entries:
         raise ConfigError(f"Unknown {what} {name!r}; valid: {', '.join(sorted(entries))}.")
-    module, cls = entries[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    module, _, cls = entries[name].partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"The {what} {name!r} names {entries[name]!r}, which cannot be loaded: {exc}") from exc

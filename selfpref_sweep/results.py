@@ -5,106 +5,96 @@ Field names are the record schema's (record.py), which the analysis reads back.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .articles import ArticleSelection
-from .competence import QUESTION as COMPETENCE, CompetenceControl, format_competence, summarize_competence
-from .familiarity import FIELD as FAMILIARITY, FamiliarityStage, format_familiarity, summarize_familiarity
-from .pairs import PairSet
-from .record import EXCLUDED, EXCLUSION_REASON, LOGODDS, STATUS_COMPLETE
-from .scoring import summarize_question, unjudged
-from .spec import CellSpec
-from .summaries import SummarySet, own_origin
+from .cell_inputs import CellInputs
+from .measurements import Measurement, Stage, registered
+from .record import LOGODDS, QUESTIONS, STATUS_COMPLETE, CellSummary, Item, QuestionStats, Verdict
+from .scoring import question_stats, unjudged_verdict
+from .summaries import own_origin
+
+Measured = Sequence[Tuple[Measurement, Stage]]
 
 
-def item_records(spec: CellSpec, selection: ArticleSelection, own: SummarySet, other: SummarySet, pairs: PairSet,
-                 verdicts: Sequence[Dict[str, dict]], competence: Optional[Mapping[str, dict]] = None,
-                 familiarity: Optional[FamiliarityStage] = None) -> List[Dict[str, Any]]:
-    """Every selected article, judged or with the reason it could not be (never dropped); the competence
-    control's verdict where the article got the control; the familiarity record (null when the stage is off
-    or the article has no pair)."""
+def item_records(inputs: CellInputs, verdicts: Sequence[Dict[str, Verdict]], measured: Measured = ()
+                 ) -> List[Item]:
+    """Every selected article, judged or with the reason it could not be (never dropped), and each
+    measurement's record of it (left out, or null, where the measurement has none: its `omit_missing`)."""
+    spec, pairs = inputs.spec, inputs.pairs
     judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
     c = spec.coordinates
     items = []
-    for a in selection.all:
-        item_verdicts = judged.get(a.id) or {q: unjudged(pairs.excluded[a.id]) for q in spec.questions}
-        items.append({"article_id": a.id, "evaluator": c.evaluator, "source": c.source, "dataset": c.dataset,
-                      "article": a.text,
-                      "article_truncated": a.id in selection.truncated, "own_summary": own.texts.get(a.id),
-                      "other_summary": other.texts.get(a.id), **item_verdicts})
-        if competence and a.id in competence:
-            items[-1][COMPETENCE] = competence[a.id]
-        if familiarity is not None:
-            items[-1][FAMILIARITY] = familiarity.records.get(a.id)
+    for a in inputs.selection.all:
+        item_verdicts = judged.get(a.id) or {q: unjudged_verdict(pairs.excluded[a.id]) for q in spec.questions}
+        item = Item(a.id, c.evaluator, c.source, c.dataset, a.text, a.id in inputs.selection.truncated,
+                    inputs.own.texts.get(a.id), inputs.other.texts.get(a.id), dict(item_verdicts))
+        for m, stage in measured:
+            if a.id in stage.records or not m.omit_missing:
+                item.measured[m.item_key] = stage.records.get(a.id)
+        items.append(item)
     return items
 
 
-def exclusion_counts(items: Sequence[Dict[str, Any]], questions: Sequence[str]) -> Dict[str, int]:
+def exclusion_counts(items: Sequence[Item], questions: Sequence[str]) -> Dict[str, int]:
     """Items per exclusion reason (an item excluded in both questions for one reason counts once)."""
     counts: Dict[str, int] = {}
     for it in items:
-        for why in sorted({it[q][EXCLUSION_REASON] for q in questions if it[q][EXCLUDED]}):
+        for why in sorted({it.verdicts[q].exclusion_reason for q in questions if it.verdicts[q].excluded}):
             counts[why] = counts.get(why, 0) + 1
     return counts
 
 
-def cell_summary(spec: CellSpec, items: Sequence[Dict[str, Any]], selection: ArticleSelection,
-                 warnings: Sequence[str] = (), control: Optional[CompetenceControl] = None,
-                 competence: Optional[Mapping[str, dict]] = None, summary_sets: Sequence[SummarySet] = (),
-                 familiarity: Optional[FamiliarityStage] = None) -> Dict[str, Any]:
-    """summary.json's statistics: per question the mean score with its article-level bootstrap CI; the
-    judge-competence control; familiarity; where the own summaries came from; what standardization stripped,
-    per source."""
-    boot = spec.bootstrap
-    extra: Dict[str, Any] = {"own_summaries": own_origin(spec.evaluator).to_json(),
-                             "standardization": {s.source: dict(s.stripped) for s in summary_sets}}
-    if control is not None:
-        extra["judge_competence"] = summarize_competence(control, competence or {}, spec.judge,
-                                                         int(boot.n_resamples), float(boot.confidence), spec.seed)
-    if familiarity is not None:
-        extra[FAMILIARITY] = summarize_familiarity(familiarity, len(items), int(boot.n_resamples),
-                                                   float(boot.confidence), spec.seed)
-    per_question = {q: summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed)
-                    for q in spec.questions}
-    excluded = [it for it in items if any(it[q][EXCLUDED] for q in spec.questions)]
-    return {
-        "status": STATUS_COMPLETE,
-        "cell": spec.coordinates.to_json(),
-        "n_articles": len(selection.all),
-        "n_items": len(items),
-        "n_excluded": len(excluded),
-        "exclusions": exclusion_counts(items, spec.questions),
-        "n_truncated_articles": len(selection.truncated),
-        **per_question,
-        "position_consistency": {q: per_question[q]["position_consistency"] for q in spec.questions},
-        "min_answer_mass": float(spec.judge.min_answer_mass),
-        **extra,
-        "warnings": list(warnings),
-        "elapsed_s": None,
-    }
+def summary_record(items: Sequence[Item], questions: Sequence[str], stats: Dict[str, QuestionStats],
+                   **fields: Any) -> CellSummary:
+    """A complete cell's summary.json from its items and their statistics: the counts and the position
+    consistency follow from them; `fields` are the rest (cell, n_articles, min_answer_mass, extra, ...).
+    The cell and the planted-bias simulator both build their summaries here."""
+    return CellSummary(
+        STATUS_COMPLETE, n_items=len(items),
+        n_excluded=sum(1 for it in items if any(it.verdicts[q].excluded for q in questions)),
+        exclusions=exclusion_counts(items, questions), questions=dict(stats),
+        position_consistency={q: stats[q].position_consistency for q in questions}, **fields)
 
 
-def table_row(item: Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
-    """An item as one flat row of the W&B item table."""
-    row: Dict[str, Any] = {"article_id": item["article_id"], "source": item["source"],
-                           "competence_score": (item.get(COMPETENCE) or {}).get("score"),  # None: no control
-                           "familiarity_difference": (item.get(FAMILIARITY) or {}).get("difference")}
+def cell_summary(inputs: CellInputs, items: Sequence[Item], measured: Measured = ()) -> CellSummary:
+    """summary.json's statistics: per question the mean score with its article-clustered CI; each
+    measurement's block; where the own summaries came from; what standardization stripped, per source."""
+    spec = inputs.spec
+    shown = [inputs.own, inputs.other, *(s for m, stage in measured for s in m.shown_summaries(stage))]
+    extra: Dict[str, Any] = {}
+    for m, stage in measured:
+        extra[m.summary_key] = (m.summarize(stage, inputs, len(items)) if stage.enabled
+                                else {"enabled": False, "reason": stage.reason})
+    stats = {q: question_stats(items, q, float(spec.bootstrap.confidence)) for q in spec.questions}
+    return summary_record(
+        items, spec.questions, stats, cell=spec.coordinates.to_json(), n_articles=len(inputs.selection.all),
+        n_truncated_articles=len(inputs.selection.truncated), min_answer_mass=float(spec.judge.min_answer_mass),
+        own_summaries=own_origin(spec.evaluator).to_json(),
+        standardization={s.source: dict(s.stripped) for s in shown}, warnings=list(inputs.warnings), extra=extra)
+
+
+def table_row(item: Item | Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
+    """An item (or its results.jsonl line) as one flat row of the W&B item table."""
+    item = item if isinstance(item, Item) else Item.from_json(item, questions)
+    row: Dict[str, Any] = {"article_id": item.article_id, "source": item.source}
+    for m in registered():
+        row.update(m.table_columns(item.measured.get(m.item_key)))
     for q in questions:
-        v = item[q]
-        row[f"{q}_score"] = v["score"]
-        row[f"{q}_logodds"] = v.get(LOGODDS)
-        row[f"{q}_excluded"] = v["exclusion_reason"]
-        if "summaries" in v:  # individual setting: each summary's value and answer mass
-            for name in ("own", "other"):
-                o = (v["summaries"] or {}).get(name) or {}
-                row[f"{q}_{name}_value"] = o.get("value")
-                row[f"{q}_{name}_mass"] = o.get("mass")
+        v = item.verdicts[q]
+        row[f"{q}_score"] = v.score
+        row[f"{q}_{LOGODDS}"] = v.logodds
+        row[f"{q}_excluded"] = v.exclusion_reason
+        if v.summaries is not None:
+            for name in ("own", "other"):  # individual setting: each summary's value and answer mass
+                o = (v.summaries or {}).get(name)
+                row[f"{q}_{name}_value"] = o.value if o else None
+                row[f"{q}_{name}_mass"] = o.mass if o else None
             continue
         for name in ("forward", "backward"):
-            o = (v.get("orders") or {}).get(name) or {}
-            row[f"{q}_{name}_p_own"] = o.get("p_own")
-            row[f"{q}_{name}_mass"] = o.get("mass")
-            row[f"{q}_{name}_chosen_position"] = o.get("chosen_position")
+            o = (v.orders or {}).get(name)
+            row[f"{q}_{name}_p_own"] = o.p_own if o else None
+            row[f"{q}_{name}_mass"] = o.mass if o else None
+            row[f"{q}_{name}_chosen_position"] = o.chosen_position if o else None
     return row
 
 
@@ -132,7 +122,7 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
     their CIs, and the smallest effect the cell could have detected."""
     c = summary["cell"]
     lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
-    for q in ("recognition", "preference"):
+    for q in QUESTIONS:
         if q not in summary:
             continue
         stats, pc = summary[q], summary["position_consistency"].get(q)
@@ -149,12 +139,10 @@ def format_result(summary: Dict[str, Any], where: str) -> str:
                          f"an answer absent from the top logprobs, valued at the smallest listed probability")
     lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
     lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
-    competence = format_competence(summary.get("judge_competence"))
-    if competence:
-        lines.append(competence)
-    familiarity = format_familiarity(summary.get(FAMILIARITY))
-    if familiarity:
-        lines.append(familiarity)
+    for m in registered():
+        line = m.format(summary.get(m.summary_key))
+        if line:
+            lines.append(line)
     origin = summary.get("own_summaries") or {}
     if origin.get("kind") not in (None, "generated"):
         lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")

@@ -19,7 +19,6 @@ the clip (see order_logit), and each question's summary gives the share of such 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -29,6 +28,7 @@ from .clustered import article_mean_ci
 from .config import SettingName
 from .judging import BACKWARD, FORWARD, OTHER, OWN, ItemRequests
 from .models.base import AnswerDistribution, AnswerRequest
+from .record import OrderReading, QuestionStats, SummaryReading, Verdict, article_of, verdict_of
 
 # Why an item has no score; every reason is counted in summary.json.
 NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers
@@ -42,36 +42,17 @@ MDE_ALPHA = 0.05
 MDE_POWER = 0.8
 
 
-@dataclass
-class OrderScore:
-    probs: Dict[str, float]  # raw probability of "1" and "2" (all spellings)
-    mass: float
-    p_own: Optional[float]  # renormalized probability of the answer naming the own summary
-    own_position: int  # 1 or 2
-    chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
-    method: str
-    missing_reason: Optional[str] = None  # from the backend, e.g. "no_logprobs"
-    bounded: List[str] = field(default_factory=list)  # answers valued at an upper bound (AnswerDistribution)
-
-    @property
-    def chosen(self) -> str:
-        if self.chosen_position is None:
-            return "tie" if self.mass > 0 else "none"
-        return "own" if self.chosen_position == self.own_position else "other"
-
-    def to_json(self) -> dict:
-        return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
-                "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method,
-                "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
+# The reading of one order is a record type (record.OrderReading); the old name stays for callers.
+OrderScore = OrderReading
 
 
-def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[str] = ("1", "2")) -> OrderScore:
+def score_order(dist: AnswerDistribution, own_position: int, answers: Sequence[str] = ("1", "2")) -> OrderReading:
     """`answers[i]` names the summary in position i+1."""
     p = [max(0.0, float(dist.probs.get(a, 0.0))) for a in answers]
     mass = p[0] + p[1]
     p_own = p[own_position - 1] / mass if mass > 0 else None
     chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderScore(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
+    return OrderReading(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
                       [a for a in answers if a in dist.bounded])
 
 
@@ -93,7 +74,7 @@ def pair_logodds(p_own_forward: float, p_own_backward: float) -> float:
     return 0.5 * (logit(p_own_forward) + logit(p_own_backward))
 
 
-def order_logit(order: OrderScore) -> float:
+def order_logit(order: OrderReading) -> float:
     """logit p_own of one order. A bounded reading's comes from its two probabilities, unclipped: both are
     positive (a listed value and a bound), so it is finite, and a clip would put back the constant the bound
     replaces. Any other reading's is logit(p_own), clipped, as a full distribution can hold an exact 0."""
@@ -104,7 +85,7 @@ def order_logit(order: OrderScore) -> float:
     return logit(order.p_own)
 
 
-def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> dict:
+def pair_verdict(forward: OrderReading, backward: OrderReading, min_mass: float) -> Verdict:
     """forward = (own, other), backward = (other, own). `score` is the paper's (mean P(own)), `logodds` the
     position-debiased one (pair_logodds); both None when the item is excluded."""
     reason = None
@@ -115,15 +96,14 @@ def score_pair(forward: OrderScore, backward: OrderScore, min_mass: float) -> di
         reason = LOW_ANSWER_MASS
     score = None if reason else 0.5 * (forward.p_own + backward.p_own)
     consistent = (forward.chosen in ("own", "other") and forward.chosen == backward.chosen) if not reason else None
-    return {
-        "score": score,
-        # pair_logodds, with each bounded order read by order_logit
-        "logodds": None if reason else 0.5 * (order_logit(forward) + order_logit(backward)),
-        "excluded": reason is not None,
-        "exclusion_reason": reason,
-        "consistent": consistent,
-        "orders": {"forward": forward.to_json(), "backward": backward.to_json()},
-    }
+    # logodds: pair_logodds, with each bounded order read by order_logit
+    return Verdict(score, None if reason else 0.5 * (order_logit(forward) + order_logit(backward)),
+                   reason is not None, reason, consistent, orders={"forward": forward, "backward": backward})
+
+
+def score_pair(forward: OrderReading, backward: OrderReading, min_mass: float) -> dict:
+    """pair_verdict in its record form (what a measurement's own record holds)."""
+    return pair_verdict(forward, backward, min_mass).to_json()
 
 
 def _article_sums(values: np.ndarray, groups: Sequence[str]):
@@ -174,56 +154,63 @@ def detectable_effect(values: Sequence[float], groups: Sequence[str], scale: str
     return out
 
 
-def _readings(verdict: dict) -> List[dict]:
-    """A verdict's readings: its two orders (pairwise) or two summaries (individual); none when unjudged."""
-    block = verdict.get("orders") or verdict.get("summaries")
-    return list(block.values()) if isinstance(block, dict) else []  # the competence control's "summaries" is a name
-
-
-def bounded_share(verdicts: Sequence[dict]) -> Dict[str, Any]:
+def bounded_share(verdicts: Sequence[Verdict]) -> Dict[str, Any]:
     """How many of the verdicts' readings hold a bounded answer (an API answer absent from the top logprobs,
     valued at the smallest listed probability): n of `of`, and their share (None without readings)."""
-    readings = [r for v in verdicts for r in _readings(v)]
-    n = sum(1 for r in readings if r.get("bounded"))
+    readings = [r for v in verdicts for r in v.readings()]
+    n = sum(1 for r in readings if r.bounded)
     return {"n": n, "of": len(readings), "share": n / len(readings) if readings else None}
 
 
-def summarize_question(items: Iterable[dict], question: str, n_resamples: int, confidence: float,
-                       seed: int) -> Dict:
-    """Mean score of one question over a cell's items, with its CI, exclusions and smallest detectable
-    effect; the same on the log-odds scale under `logodds`; how many of the scored items' readings are
-    bounds (`bounded_readings`). The CIs are t intervals over articles (article_mean): ``n_resamples`` and
-    ``seed`` no longer change them and are kept for the callers' signature."""
-    items = list(items)
-    scored = [it for it in items if not it[question]["excluded"]]
-    scores = [it[question]["score"] for it in scored]
-    logodds = [it[question]["logodds"] for it in scored]
-    articles = [it["article_id"] for it in scored]
-    stats = article_mean(scores, articles, confidence, bounded=True)
+def question_stats(items: Iterable[Any], question: str, confidence: float) -> QuestionStats:
+    """Mean score of one question over a cell's items (record.Item, or dicts holding the question's verdict),
+    with its CI, exclusions and smallest detectable effect; the same on the log-odds scale under `logodds`;
+    how many of the scored items' readings are bounds (`bounded_readings`). The CIs are t intervals over
+    articles (article_mean)."""
+    judged = [(article_of(it), verdict_of(it, question)) for it in items]
+    scored = [(a, v) for a, v in judged if not v.excluded]
+    scores = [v.score for _, v in scored]
+    logodds = [v.logodds for _, v in scored]
+    articles = [a for a, _ in scored]
     reasons: Dict[str, int] = {}
-    for it in items:
-        if it[question]["excluded"]:
-            r = it[question]["exclusion_reason"]
-            reasons[r] = reasons.get(r, 0) + 1
-    consistent = [it[question]["consistent"] for it in scored if it[question]["consistent"] is not None]
-    return {
-        **stats,
-        "n": len(scored),
-        "n_excluded": len(items) - len(scored),
-        "exclusions": reasons,
-        "position_consistency": (sum(consistent) / len(consistent)) if consistent else None,
-        "logodds": {**article_mean(logodds, articles, confidence),
-                    "mde": detectable_effect(logodds, articles, scale="logodds")},
-        "mde": detectable_effect(scores, articles, scale="score"),
-        "bounded_readings": bounded_share([it[question] for it in scored]),
-    }
+    for _, v in judged:
+        if v.excluded:
+            reasons[v.exclusion_reason] = reasons.get(v.exclusion_reason, 0) + 1
+    consistent = [v.consistent for _, v in scored if v.consistent is not None]
+    return QuestionStats(
+        **article_mean(scores, articles, confidence, bounded=True),
+        n=len(scored), n_excluded=len(judged) - len(scored), exclusions=reasons,
+        position_consistency=(sum(consistent) / len(consistent)) if consistent else None,
+        logodds={**article_mean(logodds, articles, confidence), "mde": detectable_effect(logodds, articles, "logodds")},
+        mde=detectable_effect(scores, articles, scale="score"),
+        bounded_readings=bounded_share([v for _, v in scored]),
+    )
+
+
+def summarize_question(items: Iterable[Any], question: str, n_resamples: int, confidence: float,
+                       seed: int) -> Dict:
+    """question_stats in its record form. ``n_resamples`` and ``seed`` no longer change the CIs (t intervals
+    over articles) and are kept for the callers' signature."""
+    return question_stats(items, question, confidence).to_json()
+
+
+def judge_passed(stats: Mapping[str, Any], threshold: float) -> Optional[bool]:
+    """Whether the judge passed the control: mean P(correct) >= threshold and the CI clear of 0.5; None when
+    there is nothing to tell it by (no scored article, or one article: no interval)."""
+    if stats["mean"] is None:
+        return None
+    if stats["mean"] < threshold:
+        return False
+    if stats["ci_low"] is None:
+        return None  # one article: no interval to tell chance from skill
+    return not (stats["ci_low"] <= 0.5 <= stats["ci_high"])
 
 
 # ------------------------------------------------------------------------- individual setting
 ZERO_DENOMINATOR = "zero_denominator"  # own and other both scored 0: own/(own+other) is 0/0
 
 
-def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> Dict:
+def individual_reading(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> SummaryReading:
     """recognition: P(first answer, "Yes") renormalized over the answers; preference: the expected
     score under the renormalized distribution over "1".."5" (answers are the score values)."""
     p = [max(0.0, float(dist.probs.get(a, 0.0))) for a in answers]
@@ -234,8 +221,13 @@ def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[
         value = p[0] / mass
     else:
         value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
-    return {"probs": dict(zip(answers, p)), "mass": mass, "value": value, "method": dist.method,
-            "missing_reason": dist.missing_reason, "bounded": [a for a in answers if a in dist.bounded]}
+    return SummaryReading(dict(zip(answers, p)), mass, value, dist.method, dist.missing_reason,
+                          [a for a in answers if a in dist.bounded])
+
+
+def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> Dict:
+    """individual_reading in its record form."""
+    return individual_reading(dist, question, answers).to_json()
 
 
 def individual_logodds(own_value: float, other_value: float) -> float:
@@ -246,51 +238,71 @@ def individual_logodds(own_value: float, other_value: float) -> float:
     return math.log(max(own_value, LOGODDS_CLIP) / max(other_value, LOGODDS_CLIP))
 
 
-def summaries_logodds(own: Dict, other: Dict) -> float:
-    """individual_logodds of two individual_value readings; unclipped where one is bounded and both values are
-    positive (as order_logit, so a bound never meets the clip)."""
-    if (own.get("bounded") or other.get("bounded")) and own["value"] > 0 and other["value"] > 0:
-        return math.log(own["value"]) - math.log(other["value"])
-    return individual_logodds(own["value"], other["value"])
+def summaries_logodds(own: SummaryReading, other: SummaryReading) -> float:
+    """individual_logodds of two readings; unclipped where one is bounded and both values are positive (as
+    order_logit, so a bound never meets the clip)."""
+    if (own.bounded or other.bounded) and own.value > 0 and other.value > 0:
+        return math.log(own.value) - math.log(other.value)
+    return individual_logodds(own.value, other.value)
 
 
-def score_individual(own: Dict, other: Dict, min_mass: float) -> dict:
+def _reading(r: Any) -> SummaryReading:
+    return r if isinstance(r, SummaryReading) else SummaryReading.from_json(r)
+
+
+def individual_verdict(own: SummaryReading, other: SummaryReading, min_mass: float) -> Verdict:
     """The paper's per-article normalization: own / (own + other); 0.5 = no bias. `logodds`:
     summaries_logodds."""
     reason = None
-    if own["value"] is None or other["value"] is None:
-        missing = own if own["value"] is None else other
-        reason = missing["missing_reason"] or NO_ANSWER_PROBABILITY
-    elif min(own["mass"], other["mass"]) < min_mass:
+    if own.value is None or other.value is None:
+        missing = own if own.value is None else other
+        reason = missing.missing_reason or NO_ANSWER_PROBABILITY
+    elif min(own.mass, other.mass) < min_mass:
         reason = LOW_ANSWER_MASS
-    elif own["value"] + other["value"] <= 0:
+    elif own.value + other.value <= 0:
         reason = ZERO_DENOMINATOR
-    score = None if reason else own["value"] / (own["value"] + other["value"])
-    return {"score": score, "logodds": None if reason else summaries_logodds(own, other),
-            "excluded": reason is not None, "exclusion_reason": reason, "consistent": None,
-            "summaries": {"own": own, "other": other}}
+    score = None if reason else own.value / (own.value + other.value)
+    return Verdict(score, None if reason else summaries_logodds(own, other), reason is not None, reason, None,
+                   summaries={"own": own, "other": other})
+
+
+def score_individual(own: Any, other: Any, min_mass: float) -> dict:
+    """individual_verdict of two readings (or their record forms), in its record form."""
+    return individual_verdict(_reading(own), _reading(other), min_mass).to_json()
 
 
 # ------------------------------------------------------------------------------------ the stage
-def score_items(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
-                setting: SettingName, min_mass: float) -> List[Dict[str, dict]]:
-    """One verdict per item and question (see score_pair / score_individual)."""
+def item_verdicts(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
+                  setting: SettingName, min_mass: float) -> List[Dict[str, Verdict]]:
+    """One verdict per item and question (see pair_verdict / individual_verdict)."""
     out = []
     for item in items:
         verdicts = {}
         for q, reqs in item.by_question.items():
             if setting == SettingName.individual:
-                verdicts[q] = score_individual(individual_value(dists[reqs[OWN]], q, reqs[OWN].answers),
-                                               individual_value(dists[reqs[OTHER]], q, reqs[OTHER].answers), min_mass)
+                verdicts[q] = individual_verdict(individual_reading(dists[reqs[OWN]], q, reqs[OWN].answers),
+                                                 individual_reading(dists[reqs[OTHER]], q, reqs[OTHER].answers),
+                                                 min_mass)
                 continue
-            verdicts[q] = score_pair(score_order(dists[reqs[FORWARD]], 1, reqs[FORWARD].answers),
-                                     score_order(dists[reqs[BACKWARD]], 2, reqs[BACKWARD].answers), min_mass)
+            verdicts[q] = pair_verdict(score_order(dists[reqs[FORWARD]], 1, reqs[FORWARD].answers),
+                                       score_order(dists[reqs[BACKWARD]], 2, reqs[BACKWARD].answers), min_mass)
             if q == "preference" and item.labels is not None:
-                verdicts[q]["labels"] = {"own": item.labels[0], "other": item.labels[1]}
+                verdicts[q].labels = {"own": item.labels[0], "other": item.labels[1]}
         out.append(verdicts)
     return out
 
 
-def unjudged(reason: str) -> dict:
+def score_items(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
+                setting: SettingName, min_mass: float) -> List[Dict[str, dict]]:
+    """item_verdicts in their record form (what a measurement's own records hold)."""
+    return [{q: v.to_json() for q, v in verdicts.items()}
+            for verdicts in item_verdicts(items, dists, setting, min_mass)]
+
+
+def unjudged_verdict(reason: str) -> Verdict:
     """The verdict of an item that could not be judged (counted under `reason`)."""
-    return {"score": None, "logodds": None, "excluded": True, "exclusion_reason": reason, "consistent": None}
+    return Verdict(None, None, True, reason, None)
+
+
+def unjudged(reason: str) -> dict:
+    return unjudged_verdict(reason).to_json()

@@ -19,15 +19,12 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                      FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
-                     SummariesConfig, WandbConfig)
+                     RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
 from .data import paper_key_of
 from .errors import ConfigError
 from .models.precision import AUTO, resolve_dtype
 from .record import CellCoordinates, Transfer, transfer_of
 from .summaries import OWN_DATASET, OWN_GENERATED, own_origin
-
-# Tasks that ask the recognition question when training; the others ask their own control question.
-RECOGNITION_PROMPT_TASKS = (FinetuneTaskName.recognition, FinetuneTaskName.always_1, FinetuneTaskName.random)
 
 
 @dataclass(frozen=True)

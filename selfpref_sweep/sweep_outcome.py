@@ -16,7 +16,7 @@ from typing import Any, List
 
 from hydra.experimental.callback import Callback
 
-from .analysis.discover import find_cell_dirs
+from .sweep_files import find_cell_dirs
 from .record import ERROR_FILE
 
 _failed: List[Path] = []  # failed cell directories of the sweeps this process ran

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep import simulate as sim
+from selfpref_sweep.analysis import simulate as sim
 from selfpref_sweep.analysis.load import load_sweeps
 from selfpref_sweep.analysis.paired import finetune_vs_base
 from selfpref_sweep.analysis.pipeline import run_analysis

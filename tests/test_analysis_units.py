@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep import simulate as sim
+from selfpref_sweep.analysis import simulate as sim
 from selfpref_sweep.analysis.fit import LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT
 from selfpref_sweep.analysis.load import load_sweeps
 from selfpref_sweep.analysis.items_view import collect_items
@@ -208,7 +208,7 @@ def test_quality_columns_read_defensively(tmp_path: Path) -> None:
 def test_items_view_shows_the_competence_verdict(tmp_path: Path) -> None:
     sim.write_sweep(sim.SimulationSpec(**SMALL), tmp_path / "s")
     items = collect_items([tmp_path / "s"])["items"]
-    competence = items[0]["competence"]
+    competence = items[0]["measurements"]["competence"]
     assert set(competence) == {"P(correct)", "forward P(correct)", "backward P(correct)"}
     assert 0.5 < competence["P(correct)"] < 1.0
 

@@ -98,3 +98,57 @@ def test_models_do_not_import_finetuning():
     for name, deps in graph.items():
         if name.startswith("selfpref_sweep.models"):
             assert not any(d.startswith("selfpref_sweep.finetune") for d in deps), (name, deps)
+
+
+def test_the_core_does_not_import_the_analysis():
+    """The analysis reads what the core writes; the core never reaches into the analysis (lazy imports too)."""
+    graph = import_graph()
+    for name, deps in graph.items():
+        if not name.startswith("selfpref_sweep.analysis"):
+            assert not any(d.startswith("selfpref_sweep.analysis") for d in deps), (name, sorted(deps))
+
+
+def _mentions_backend(node: ast.AST) -> bool:
+    return any((isinstance(n, ast.Name) and "backend" in n.id.lower())
+               or (isinstance(n, ast.Attribute) and "backend" in n.attr.lower()) for n in ast.walk(node))
+
+
+def _names_a_string(node: ast.AST) -> bool:
+    """A string constant, or a tuple / list / set of them (`backend in ("local", "openai")`)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_names_a_string(e) for e in node.elts)
+
+
+def backend_name_comparisons(source: str) -> list:
+    """(line, code) of every comparison of a backend with a name, e.g. `cfg.backend == "openai"`,
+    `backend in ("local", ...)`, `"openai" != model.backend`, and of every `match backend: case "openai"`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_mentions_backend(o) for o in operands) and any(_names_a_string(o) for o in operands):
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Match) and _mentions_backend(node.subject):
+            if any(isinstance(c.pattern, ast.MatchValue) and _names_a_string(c.pattern.value) for c in node.cases):
+                found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
+    return found
+
+
+def test_the_backend_name_finder_finds_what_it_must():
+    assert backend_name_comparisons('x = cfg.backend == "openai"')
+    assert backend_name_comparisons('if backend in ("local", "openai"): pass')
+    assert backend_name_comparisons('ok = "local" != model_cfg.backend.value')
+    assert backend_name_comparisons('match cfg.backend:\n    case "openai":\n        pass')
+    assert not backend_name_comparisons("same = a.backend != b.backend")  # two backends: no name tested
+    assert not backend_name_comparisons('mode = cfg.mode == "openai"')
+
+
+def test_no_backend_name_comparisons_outside_the_models():
+    """Outside models/, what a backend can do is asked of its class (the backend contract in models/base.py),
+    never read off its name."""
+    models = PACKAGE / "models"
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}: {code}"
+             for path in sorted(PACKAGE.rglob("*.py")) if models not in path.parents
+             for line, code in backend_name_comparisons(path.read_text(encoding="utf-8"))]
+    assert not found, "\n".join(found)

@@ -174,19 +174,19 @@ def test_config_ranges_and_the_prompt(compose_cfg):
 
 
 def test_a_finetuned_evaluator_is_the_judge_of_the_control(compose_cfg, tmp_path, monkeypatch):
-    from selfpref_sweep import cell
+    from selfpref_sweep import competence
     from tests.finetune_fakes import FAKE_TRAINER
 
     monkeypatch.setenv("SELFPREF_TRAINERS", FAKE_TRAINER)
     seen = []
-    real = cell.competence_requests
+    real = competence.competence_requests
 
     def spy(judge, *args, **kwargs):
         control = real(judge, *args, **kwargs)
         seen.append({r.model for item in control.items for r in item.by_question["competence"].values()})
         return control
 
-    monkeypatch.setattr(cell, "competence_requests", spy)
+    monkeypatch.setattr(competence, "competence_requests", spy)
     cfg = compose_cfg(judged_by("fake", "finetune_task=recognition", "finetune_task.n_articles=2",
                                 "dataset.n_articles=3", f"paths.model_cache={tmp_path / 'models'}"))
     summary = run_cell(resolve_cell(cfg), tmp_path / "cell")

@@ -16,7 +16,8 @@ from selfpref_sweep.data import load_dataset
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.config import TooLong
-from selfpref_sweep.finetune import drop_training_articles, finetune_plan, format_plan, prepare_finetuned_evaluator
+from selfpref_sweep.cell_inputs import without_training_articles
+from selfpref_sweep.finetune import finetune_plan, format_plan, planned_training_articles, prepare_finetuned_evaluator
 from selfpref_sweep.finetune import labels as L
 from selfpref_sweep.finetune.examples import available_others, build_examples, label_examples
 from selfpref_sweep.judging import pairwise_requests
@@ -240,8 +241,10 @@ def test_training_articles_are_dropped_by_id_when_orders_differ(ft_cfg, tmp_path
     result = prepare_finetuned_evaluator(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache,
                                                                        False))
     assert eval_dataset_cfg(cfg).offset == 0  # a differently shuffled list: offsets do not help...
-    kept, dropped = drop_training_articles(load_dataset(eval_dataset_cfg(cfg)).articles, result)
+    kept, dropped = without_training_articles(load_dataset(eval_dataset_cfg(cfg)).articles,
+                                              result.train_article_ids)
     assert dropped == 4 and not {a.id for a in kept} & set(result.train_article_ids)  # ...ids do
+    assert planned_training_articles(resolve_cell(cfg)) == result.train_article_ids  # plan mode drops them too
 
 
 # ----------------------------------------------------------------------------------- the cache

@@ -31,7 +31,7 @@ def _row(aid, rec, pref, reason=None, competence=None, dataset="demo"):
            "other_summary": demo["summary"], "recognition": _question(rec, reason),
            "preference": _question(pref, reason)}
     if competence is not None:
-        row["judge_competence"] = competence
+        row["competence"] = competence
     return row
 
 
@@ -44,7 +44,8 @@ def make_sweep(root: Path) -> Path:
               [_row("demo-01", 0.71, 0.62), _row("demo-02", 0.31, 0.92), _row("demo-03", 0.5, 0.5, reason="low_answer_mass")]),
         "1": ({"evaluator": "ev", "source": "other", "dataset": "demo", "setting": "pairwise", "label": "none",
                "finetune_task": "recognition", "finetune_n_articles": 10, "transfer": "in_domain"},
-              [_row("demo-01", 0.55, 0.15, competence={"accuracy": 0.875, "n": 8}), _row("demo-02", 0.95, 0.45)]),
+              [_row("demo-01", 0.55, 0.15, competence={"score": 0.875, "excluded": False,
+                                                              "orders": {"forward": {"p_own": 0.9}}}), _row("demo-02", 0.95, 0.45)]),
     }
     for name, (cell, rows) in cells.items():
         d = sweep / name
@@ -69,8 +70,9 @@ def test_collect_items_reads_cells_items_and_dedups_articles(tmp_path):
     assert [(it["article_id"], it["questions"]["recognition"]["reason"]) for it in excluded] == [("demo-03", "low_answer_mass")]
     parts = data["items"][0]["questions"]["recognition"]["parts"]
     assert [(p["name"], p["p_own"], p["mass"]) for p in parts] == [("forward", 0.6, 0.95), ("backward", 0.4, 0.95)]
-    assert data["items"][3]["competence"] == {"accuracy": 0.875, "n": 8}
-    assert "competence" not in data["items"][0]
+    # each measurement's record, as its plug-in shows it; none where the item has no record
+    assert data["items"][3]["measurements"] == {"competence": {"P(correct)": 0.875, "forward P(correct)": 0.9}}
+    assert data["items"][0]["measurements"] == {}
 
 
 def test_page_embeds_data_safely(tmp_path):
@@ -110,7 +112,7 @@ def test_items_page_filters_and_sorts_in_a_real_browser(tmp_path):
 
         Select(browser.find_element(By.ID, "filter-cell")).select_by_value("1")
         assert [r.get_attribute("data-cell") for r in rows()] == ["1", "1"]
-        assert "accuracy: 0.875" in rows()[0].text  # the competence control, when the cell has one
+        assert "competence P(correct): 0.875" in rows()[0].text  # the competence control, when the cell has one
 
         Select(browser.find_element(By.ID, "filter-cell")).select_by_value("all")
         Select(browser.find_element(By.ID, "filter-exclusion")).select_by_value("reason:low_answer_mass")

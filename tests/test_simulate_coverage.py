@@ -1,4 +1,4 @@
-"""The simulator's coverage mode (python -m selfpref_sweep.simulate --coverage): rows, data path, arithmetic."""
+"""The simulator's coverage mode (python -m selfpref_sweep.analysis.simulate --coverage): rows, data path, arithmetic."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep import coverage as cov
-from selfpref_sweep import simulate as sim
+from selfpref_sweep.analysis import coverage as cov
+from selfpref_sweep.analysis import simulate as sim
 from selfpref_sweep.analysis.load import load_sweeps
 
 
@@ -128,3 +128,12 @@ def test_verdicts_against_the_target() -> None:
     assert cov.verdict(0.05, 0.005, "size", 200) == cov.HOLDS
     assert cov.verdict(0.0, 0.0, "size", 3) == cov.MC_ERROR  # 0 of 3 rules out nothing
     assert cov.verdict(0.0, 0.0, "size", 200) == cov.FAILS  # 0 of 200: below 3%
+
+
+def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() -> None:
+    """One home for the task groups (config.py): the simulator's controls are derived from them, in the design's
+    order (the control-question tasks, then the recognition-prompt controls)."""
+    from selfpref_sweep.config import FinetuneTaskName
+
+    assert sim.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")
+    assert set(sim.CONTROL_ARMS) == {t.value for t in FinetuneTaskName} - {"none", "recognition"}

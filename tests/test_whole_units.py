@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from selfpref_sweep import simulate as sim
+from selfpref_sweep.analysis import simulate as sim
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.analysis.tables import GROUP_KEYS, MACHINE_KEYS
 from selfpref_sweep.analysis.units import VARIANT_KEYS

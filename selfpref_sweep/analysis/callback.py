@@ -31,7 +31,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from .cli import specificity_margin_of
-from .discover import find_cell_dirs
+from ..record import ANALYSIS_ERROR_FILE
+from ..sweep_files import find_cell_dirs
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ class AnalysisCallback(Callback):
         sys.stdout.write(proc.stdout)
         sys.stderr.write(proc.stderr)
         if proc.returncode != 0:
-            where = sweep_dir / "analysis" / "error.txt"
+            where = sweep_dir / "analysis" / ANALYSIS_ERROR_FILE
             where.parent.mkdir(parents=True, exist_ok=True)
             where.write_text(f"$ {' '.join(cmd)}\nexit status {proc.returncode}\n{proc.stderr}", encoding="utf-8")
             print(f"analysis: FAILED (exit status {proc.returncode}); details in {where}", file=sys.stderr)
@@ -159,7 +160,7 @@ class AnalysisCallback(Callback):
     @staticmethod
     def _report_error(sweep_dir: Path, exc: BaseException) -> None:
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        where = sweep_dir / "analysis" / "error.txt"
+        where = sweep_dir / "analysis" / ANALYSIS_ERROR_FILE
         try:
             where.parent.mkdir(parents=True, exist_ok=True)
             where.write_text(text, encoding="utf-8")

@@ -41,6 +41,7 @@ from statsmodels.regression.mixed_linear_model import MixedLM
 from scipy import stats
 
 from ..clustered import ClusteredOLS, Estimate, too_few_clusters
+from ..config import SELF_RECOGNITION_TASKS
 from .units import SCALES, key_frame
 
 ALPHA = 0.05  # 95% intervals everywhere
@@ -57,8 +58,9 @@ GROUPINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("setting × label × dataset", (*BY_CONDITION, "dataset")),
 )
 
-# finetune_task values that train self-recognition; every other non-"none" task is a control.
-RECOGNITION_TASKS: tuple[str, ...] = ("recognition",)
+# finetune_task values that train self-recognition (config.SELF_RECOGNITION_TASKS); every other non-"none"
+# task is a control.
+RECOGNITION_TASKS: tuple[str, ...] = tuple(t.value for t in SELF_RECOGNITION_TASKS)
 
 # The specificity test's equivalence margin per scale (conf/config.yaml analysis.specificity_margin, which
 # must agree: tests/test_specificity.py). Paper scale: 0.05, preference 0.50 -> 0.55 at matched recognition.

@@ -1,7 +1,7 @@
 """items.html: a static page (no server) with every judged item of a sweep, behind report.html's numbers.
 
 Per cell and item it shows the article, both summaries, P(own) in each presentation order, the answer mass,
-any exclusion and the judge-competence control when the cell recorded one. It filters by cell and by
+any exclusion and each measurement's record of it (the judge-competence control, ...) where the cell has one. It filters by cell and by
 exclusion and sorts by score. It reads only the sweep's own files: each cell's summary.json and
 results.jsonl (article texts are stored once per dataset and article, not once per cell).
 """
@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..record import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
-from .discover import find_cell_dirs
+from ..measurements import registered
+from ..record import CellRecord, Item, Verdict, read_cell
+from ..sweep_files import find_cell_dirs
 
 ITEMS_HTML = "items.html"
-QUESTIONS = ("recognition", "preference")
 
 
 def _cell_label(cell: dict[str, Any]) -> str:
@@ -32,41 +32,44 @@ def _cell_label(cell: dict[str, Any]) -> str:
     return text + ("".join(f"; {e}" for e in extras))
 
 
-def _question(block: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def _question(verdict: Optional[Verdict]) -> Optional[dict[str, Any]]:
     """The viewer's fields of one question: score, exclusion, and per order (pairwise) or per summary
     (individual) P(own) / value and answer mass."""
-    if not isinstance(block, dict):
+    if verdict is None:
         return None
-    out: dict[str, Any] = {"score": block.get("score"), "excluded": bool(block.get("excluded")),
-                           "reason": block.get("exclusion_reason"), "consistent": block.get("consistent")}
+    out: dict[str, Any] = {"score": verdict.score, "excluded": verdict.excluded,
+                           "reason": verdict.exclusion_reason, "consistent": verdict.consistent}
     parts = []
-    for name, part in (block.get("orders") or {}).items():
-        part = part or {}
-        parts.append({"name": name, "p_own": part.get("p_own"), "mass": part.get("mass"),
-                      "chosen": part.get("chosen"), "probs": part.get("probs"), "method": part.get("method")})
-    for name, part in (block.get("summaries") or {}).items():
-        part = part or {}
-        parts.append({"name": f"{name} summary", "value": part.get("value"), "mass": part.get("mass"),
-                      "probs": part.get("probs"), "method": part.get("method")})
+    for name, order in (verdict.orders or {}).items():
+        parts.append({"name": name, "p_own": order.p_own, "mass": order.mass, "chosen": order.chosen,
+                      "probs": order.probs, "method": order.method})
+    for name, reading in (verdict.summaries or {}).items():
+        parts.append({"name": f"{name} summary", "value": reading.value, "mass": reading.mass,
+                      "probs": reading.probs, "method": reading.method})
     out["parts"] = parts
     return out
 
 
-def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], int]:
-    rows, bad = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
+def _cell_entry(record: CellRecord, cell_id: int, rel: str) -> dict[str, Any]:
+    summary = record.summary
+    status = (summary.status if summary else None) or ("failed" if record.error else "incomplete")
+    cell = summary.cell if summary else {}
+    return {"id": cell_id, "dir": rel, "label": _cell_label(cell) if cell else rel, "status": status,
+            "n_items": len(record.items), "n_unreadable_lines": record.bad_lines}
+
+
+def _item_entry(item: Item, cell_id: int, cell: dict[str, Any], measurements: list) -> tuple[dict[str, Any], str]:
+    """The viewer's item and the key of its article text."""
+    article_key = f"{item.dataset or cell.get('dataset')}/{item.article_id}"
+    entry = {
+        "cell": cell_id, "article_id": item.article_id, "article_key": article_key,
+        "truncated": item.article_truncated, "own": item.own_summary, "other": item.other_summary,
+        "source": item.source, "questions": {q: _question(v) for q, v in item.verdicts.items()},
+        # each measurement's record, as the measurement shows it
+        "measurements": {m.item_key: shown for m in measurements
+                         if (shown := m.view(item.measured.get(m.item_key))) is not None},
+    }
+    return entry, article_key
 
 
 def collect_items(sweep_dirs: Iterable[Path]) -> dict[str, Any]:
@@ -74,55 +77,21 @@ def collect_items(sweep_dirs: Iterable[Path]) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
     articles: dict[str, str] = {}
+    measurements = registered()
     for sweep in sweep_dirs:
         sweep = Path(sweep)
         for cell_dir in find_cell_dirs(sweep):
             rel = cell_dir.relative_to(sweep).as_posix() if cell_dir != sweep else cell_dir.name
-            summary_path, results_path = cell_dir / SUMMARY_FILE, cell_dir / RESULTS_FILE
-            try:
-                summary = json.loads(summary_path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                summary = {}
-            status = summary.get("status") or ("failed" if (cell_dir / ERROR_FILE).exists() else "incomplete")
-            cell = summary.get("cell") or {}
-            entry = {"id": len(cells), "dir": rel, "label": _cell_label(cell) if cell else rel, "status": status,
-                     "n_items": 0, "n_unreadable_lines": 0}
+            record = read_cell(cell_dir)
+            entry = _cell_entry(record, len(cells), rel)
             cells.append(entry)
-            if not results_path.is_file():
-                continue
-            rows, bad = _read_jsonl(results_path)
-            entry["n_items"], entry["n_unreadable_lines"] = len(rows), bad
-            for row in rows:
-                dataset = row.get("dataset") or cell.get("dataset")
-                article_key = f"{dataset}/{row.get('article_id')}"
-                if row.get("article") and article_key not in articles:
-                    articles[article_key] = row["article"]
-                item = {
-                    "cell": entry["id"], "article_id": row.get("article_id"), "article_key": article_key,
-                    "truncated": bool(row.get("article_truncated")), "own": row.get("own_summary"),
-                    "other": row.get("other_summary"), "source": row.get("source"),
-                    "questions": {q: _question(row.get(q)) for q in QUESTIONS if q in row},
-                }
-                competence = _competence(row)
-                if competence is not None:  # the competence control, when recorded
-                    item["competence"] = competence
-                items.append(item)
+            cell = record.summary.cell if record.summary else {}
+            for item in record.items:
+                shown, article_key = _item_entry(item, entry["id"], cell, measurements)
+                if item.article and article_key not in articles:
+                    articles[article_key] = item.article
+                items.append(shown)
     return {"cells": cells, "items": items, "articles": articles}
-
-
-def _competence(row: dict) -> Any:
-    """The item's judge-competence control: the record's ``competence`` verdict (P(correct) per order), or an
-    older free-form ``judge_competence`` block as it is; None when absent."""
-    verdict = row.get("competence")
-    if isinstance(verdict, dict):
-        out: dict[str, Any] = {"P(correct)": verdict.get("score")}
-        if verdict.get("excluded"):
-            out["excluded"] = verdict.get("exclusion_reason")
-        for name, part in (verdict.get("orders") or {}).items():
-            if isinstance(part, dict):
-                out[f"{name} P(correct)"] = part.get("p_own")
-        return out
-    return row["judge_competence"] if isinstance(row.get("judge_competence"), dict) else None
 
 
 def _json_for_script(data: Any) -> str:
@@ -185,9 +154,10 @@ function partsText(block) {
   }).join('<br>');
 }
 
-function competenceText(c) {
-  if (!c) return '<span class="muted">—</span>';
-  return Object.entries(c).map(([k, v]) => `${esc(k)}: ${esc(typeof v === 'number' ? (Number.isInteger(v) ? String(v) : fmt(v)) : JSON.stringify(v))}`).join('<br>');
+function measurementsText(ms) {
+  const lines = Object.entries(ms || {}).flatMap(([name, shown]) => Object.entries(shown).map(([k, v]) =>
+    `${esc(name)} ${esc(k)}: ${esc(typeof v === 'number' ? (Number.isInteger(v) ? String(v) : fmt(v)) : JSON.stringify(v))}`));
+  return lines.length ? lines.join('<br>') : '<span class="muted">—</span>';
 }
 
 function render() {
@@ -226,7 +196,7 @@ function render() {
       + `<td class="num">${fmt(score(it, 'recognition'))}</td><td class="num">${partsText(it.questions.recognition)}</td>`
       + `<td class="num">${fmt(score(it, 'preference'))}</td><td class="num">${partsText(it.questions.preference)}</td>`
       + `<td>${rs.length ? '<span class="reason">' + rs.map(esc).join(', ') + '</span>' : '<span class="muted">none</span>'}</td>`
-      + `<td>${competenceText(it.competence)}</td>`
+      + `<td>${measurementsText(it.measurements)}</td>`
       + `<td><button class="toggle" data-row="${i}">texts</button></td>`;
     const detail = document.createElement('tr');
     detail.className = 'detail';
@@ -267,7 +237,7 @@ def render_items_html(data: dict[str, Any], title: str = "Items behind the sweep
         '<option value="preference:asc">preference score, low first</option></select></label>',
         '<span id="count"></span></div>',
         "<table><thead><tr><th>cell</th><th>article</th><th>recognition</th><th>recognition: per order</th>"
-        "<th>preference</th><th>preference: per order</th><th>exclusion</th><th>judge competence</th><th></th>"
+        "<th>preference</th><th>preference: per order</th><th>exclusion</th><th>other measurements</th><th></th>"
         '</tr></thead><tbody id="items-body"></tbody></table>',
         f'<script type="application/json" id="items-data">{_json_for_script(data)}</script>',
         f"<script>{_JS}</script>",

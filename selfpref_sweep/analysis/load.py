@@ -9,7 +9,6 @@ cells with partial data (no results.jsonl, null means) are kept and also listed 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,10 +17,12 @@ from typing import Any, Iterable, Optional, Sequence
 import pandas as pd
 import yaml
 
-from .discover import find_cell_dirs
+from ..sweep_files import find_cell_dirs
 
+from ..measurements import CI_FIELDS as _CI_FIELDS, block as _block, number, numbers, registered
 from ..record import CELL_DEFAULTS as _CELL_DEFAULTS
-from ..record import CELL_KEYS, ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, transfer_of
+from ..record import (CELL_KEYS, ERROR_FILE, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE,
+                      CellRecord, CellSummary, Item, QuestionStats, Verdict, read_cell, transfer_of)
 
 STATUS_FAILED = "failed"
 STATUS_INCOMPLETE = "incomplete"
@@ -59,15 +60,7 @@ class SweepData:
         return pd.DataFrame(rows, columns=cols)
 
 
-def num(value: Any) -> float:
-    """A float, or NaN for null / non-numeric / non-finite values (metrics may be null)."""
-    if isinstance(value, bool) or value is None:
-        return math.nan
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out if math.isfinite(out) else math.nan
+num = number  # the record's numbers: NaN for null, non-numeric or non-finite values
 
 
 def derive_transfer(finetune_task: Any, finetune_dataset: Any, dataset: Any) -> str:
@@ -142,16 +135,6 @@ def read_overrides(cell_dir: Path) -> str:
     return "" if data is None else str(data)
 
 
-def _read_error(cell_dir: Path) -> str:
-    path = cell_dir / ERROR_FILE
-    if not path.is_file():
-        return ""
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError as exc:
-        return f"(unreadable cell.error.txt: {exc})"
-
-
 def _sweep_labels(sweep_dirs: Sequence[Path]) -> list[str]:
     # Sweep dirs are usually named by time ("20-30-00"); two sweeps may share a name.
     labels: list[str] = []
@@ -164,211 +147,171 @@ def _sweep_labels(sweep_dirs: Sequence[Path]) -> list[str]:
     return labels
 
 
-def _block(summary: dict[str, Any], *path: str) -> dict[str, Any]:
-    """A nested dict of summary.json, {} when absent or malformed (older sweeps lack the newer blocks)."""
-    node: Any = summary
-    for key in path:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
-def _numbers(block: dict[str, Any], prefix: str, fields: dict[str, str]) -> dict[str, float]:
-    """{prefix_column: the block's number under key} for each column: key of ``fields`` (NaN when absent)."""
-    return {f"{prefix}_{column}": num(block.get(key)) for column, key in fields.items()}
-
-
-_CI_FIELDS = {"mean": "mean", "ci_low": "ci_low", "ci_high": "ci_high"}
-
-
-def _metric(summary: dict[str, Any], name: str, prefix: str) -> dict[str, Any]:
+def _metric(stats: Optional[QuestionStats], prefix: str) -> dict[str, Any]:
     """A question's mean, CI and counts, its log-odds mean and its smallest detectable effect (the last two
     absent in older sweeps: NaN)."""
-    mde = _block(summary, name, "mde")
+    block = stats.to_json() if stats is not None else {}
+    mde = _block(block, "mde")
     return {
-        **_numbers(_block(summary, name), prefix, {**_CI_FIELDS, "n": "n", "n_excluded": "n_excluded"}),
-        **_numbers(_block(summary, name, "logodds"), f"{prefix}_logodds", _CI_FIELDS),
-        **_numbers(mde, prefix, {"mde": "value", "mde_n_articles": "n_articles"}),
+        **numbers(block, prefix, {**_CI_FIELDS, "n": "n", "n_excluded": "n_excluded"}),
+        **numbers(_block(block, "logodds"), f"{prefix}_logodds", _CI_FIELDS),
+        **numbers(mde, prefix, {"mde": "value", "mde_n_articles": "n_articles"}),
         f"{prefix}_mde_scale": str(mde.get("scale") or "paper") if mde else None,
     }
 
 
-def _competence(summary: dict[str, Any]) -> dict[str, Any]:
-    """summary["judge_competence"] flattened; enabled None when the cell predates the control."""
-    jc = _block(summary, "judge_competence")
-    passed = jc.get("passed")
-    return {
-        "jc_enabled": None if not jc else bool(jc.get("enabled", False)),
-        **_numbers(jc, "jc", {**_CI_FIELDS, "n": "n", "threshold": "threshold"}),
-        "jc_passed": passed if isinstance(passed, bool) else None,
-        "jc_reason": str(jc.get("reason") or ""),
-    }
-
-
-def _familiarity(summary: dict[str, Any]) -> dict[str, Any]:
-    """summary["familiarity"] flattened; enabled None when the cell predates the stage."""
-    fam = _block(summary, "familiarity")
-    return {
-        "fam_enabled": None if not fam else bool(fam.get("enabled", False)),
-        **_numbers(_block(summary, "familiarity", "mean_difference"), "fam_diff", _CI_FIELDS),
-        **_numbers(_block(summary, "familiarity", "likelihood_recognition"), "fam_lr", _CI_FIELDS),
-        **_numbers(fam, "fam", {"n": "n"}),
-        "fam_reason": str(fam.get("reason") or ""),
-    }
-
-
-def _item_familiarity(block: Any) -> dict[str, float]:
-    """An item's familiarity record (null, absent or malformed: NaN)."""
-    block = block if isinstance(block, dict) else {}
-    return {"fam_own": num(block.get("own")), "fam_other": num(block.get("other")),
-            "fam_difference": num(block.get("difference"))}
-
-
-def _own_summaries(summary: dict[str, Any]) -> str:
+def _own_summaries(summary: CellSummary) -> str:
     """Where "own" came from when not generated by the evaluator ("dataset paper_gpt35"), else ""."""
-    own = _block(summary, "own_summaries")
+    own = summary.own_summaries if isinstance(summary.own_summaries, dict) else {}
     kind = own.get("kind")
     return "" if kind in (None, "generated") else f"{kind} {own.get('name')}"
 
 
-def _cell_row(summary: dict[str, Any], cell_id: str, cell_dir: Path, sweep: str) -> dict[str, Any]:
-    cell = summary.get("cell")
-    cell = cell if isinstance(cell, dict) else {}
-    row: dict[str, Any] = {"cell_id": cell_id, "sweep": sweep, "path": str(cell_dir)}
+def _coordinates(cell: dict[str, Any]) -> dict[str, Any]:
+    """The cell's coordinates, an older record's missing ones by default or derived (transfer)."""
+    row: dict[str, Any] = {}
     for key in CELL_KEYS:
         value = cell.get(key, _CELL_DEFAULTS.get(key))
         row[key] = None if value is None else (value if key == "finetune_n_articles" else str(value))
     if not row.get("transfer"):
         row["transfer"] = derive_transfer(row["finetune_task"], row["finetune_dataset"], row["dataset"])
     row["finetune_n_articles"] = num(row["finetune_n_articles"])
+    return row
+
+
+def _cell_row(summary: CellSummary, cell_id: str, cell_dir: Path, sweep: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"cell_id": cell_id, "sweep": sweep, "path": str(cell_dir), **_coordinates(summary.cell)}
     row["own_summaries"] = _own_summaries(summary)
     row["evaluator_variant"] = evaluator_variant(row)
     row["is_finetuned"] = row["finetune_task"] not in (None, "none")
-    ft = _block(summary, "finetune")
+    ft = summary.block("finetune")
     row["finetune_fingerprint"] = str(ft.get("fingerprint") or "") if row["is_finetuned"] else ""
     row["finetune_hyperparameters"] = ({**_flat(ft.get("hyperparameters")), "seed": ft.get("seed")}
                                        if row["is_finetuned"] else {})
-    for key in ("n_articles", "n_items", "n_excluded", "model_calls", "elapsed_s"):
-        row[key] = num(summary.get(key))
-    row.update(_metric(summary, "recognition", "rec"))
-    row.update(_metric(summary, "preference", "pref"))
-    row.update(_competence(summary))
-    row.update(_familiarity(summary))
-    pc = summary.get("position_consistency")
-    pc = pc if isinstance(pc, dict) else {}
-    row["pc_recognition"] = num(pc.get("recognition"))
-    row["pc_preference"] = num(pc.get("preference"))
-    excl = summary.get("exclusions")
+    counts = {"n_articles": summary.n_articles, "n_items": summary.n_items, "n_excluded": summary.n_excluded,
+              "model_calls": summary.extra.get("model_calls"), "elapsed_s": summary.elapsed_s}
+    row.update({key: num(value) for key, value in counts.items()})
+    for q in QUESTIONS:
+        row.update(_metric(summary.questions.get(q), QUESTION_PREFIX[q]))
+    for m in registered():
+        row.update(m.cell_columns(summary.block(m.summary_key)))
+    pc = summary.position_consistency if isinstance(summary.position_consistency, dict) else {}
+    row.update({f"pc_{q}": num(pc.get(q)) for q in QUESTIONS})
+    excl = summary.exclusions
     row["exclusions"] = {str(k): num(v) for k, v in excl.items()} if isinstance(excl, dict) else {}
     return row
 
 
-def _score(block: Any) -> tuple[float, float, bool, Optional[str]]:
+def _score(verdict: Optional[Verdict]) -> tuple[float, float, bool, Optional[str]]:
     """(paper-scale score, log-odds score, excluded, reason) of one verdict; log-odds NaN in older sweeps."""
-    if not isinstance(block, dict):
+    if verdict is None:
         return math.nan, math.nan, True, "missing"
-    reason = block.get("exclusion_reason")
-    return (num(block.get("score")), num(block.get("logodds")), bool(block.get("excluded", False)),
-            None if reason is None else str(reason))
+    reason = verdict.exclusion_reason
+    return num(verdict.score), num(verdict.logodds), verdict.excluded, None if reason is None else str(reason)
 
 
-def _read_items(path: Path, base: dict[str, Any]) -> tuple[list[dict[str, Any]], int]:
-    """Item rows of one results.jsonl and the number of lines that could not be parsed."""
+def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """The item frame's rows of one cell's items."""
     rows: list[dict[str, Any]] = []
-    bad = 0
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if not isinstance(rec, dict) or rec.get("article_id") is None:
-                bad += 1
-                continue
-            rec_score, rec_logodds, rec_excl, rec_reason = _score(rec.get("recognition"))
-            pref_score, pref_logodds, pref_excl, pref_reason = _score(rec.get("preference"))
-            rows.append(
-                {
-                    **base,
-                    "article_id": str(rec["article_id"]),
-                    "rec_score": rec_score,
-                    "rec_logodds": rec_logodds,
-                    "rec_excluded": rec_excl,
-                    "rec_exclusion_reason": rec_reason,
-                    "pref_score": pref_score,
-                    "pref_logodds": pref_logodds,
-                    "pref_excluded": pref_excl,
-                    "pref_exclusion_reason": pref_reason,
-                    **_item_familiarity(rec.get("familiarity")),
-                }
-            )
-    return rows, bad
+    measurements = registered()
+    for item in items:
+        row = {**base, "article_id": item.article_id}
+        for q in QUESTIONS:
+            p = QUESTION_PREFIX[q]
+            score = _score(item.verdicts.get(q))
+            row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score))
+        for m in measurements:
+            row.update(m.item_columns(item.measured.get(m.item_key)))
+        rows.append(row)
+    return rows
 
 
-_METRIC_COLS = tuple(f"{p}_{k}" for p in ("rec", "pref") for k in ("mean", "ci_low", "ci_high", "n", "n_excluded"))
+_METRIC_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
+                     for k in ("mean", "ci_low", "ci_high", "n", "n_excluded"))
 _QUALITY_COLS = tuple(
-    f"{p}_{k}" for p in ("rec", "pref")
+    f"{p}_{k}" for p in QUESTION_PREFIX.values()
     for k in ("logodds_mean", "logodds_ci_low", "logodds_ci_high", "mde", "mde_n_articles", "mde_scale")
 )
-_COMPETENCE_COLS = ("jc_enabled", "jc_mean", "jc_ci_low", "jc_ci_high", "jc_n", "jc_threshold", "jc_passed", "jc_reason")
-_FAMILIARITY_COLS = ("fam_enabled", *(f"fam_{b}_{k}" for b in ("diff", "lr") for k in _CI_FIELDS), "fam_n",
-                     "fam_reason")
-CELL_COLUMNS: tuple[str, ...] = (
-    ("cell_id", "sweep", "path")
-    + CELL_KEYS
-    + ("own_summaries", "evaluator_variant", "is_finetuned", "finetune_fingerprint", "finetune_hyperparameters",
-       "n_articles", "n_items", "n_excluded", "model_calls", "elapsed_s")
-    + _METRIC_COLS
-    + _QUALITY_COLS
-    + _COMPETENCE_COLS
-    + _FAMILIARITY_COLS
-    + ("pc_recognition", "pc_preference", "exclusions", "overrides")
-)
+def cell_columns() -> tuple[str, ...]:
+    """The cell frame's columns: the cell's own, then each registered measurement's."""
+    return (("cell_id", "sweep", "path")
+            + CELL_KEYS
+            + ("own_summaries", "evaluator_variant", "is_finetuned", "finetune_fingerprint",
+               "finetune_hyperparameters", "n_articles", "n_items", "n_excluded", "model_calls", "elapsed_s")
+            + _METRIC_COLS
+            + _QUALITY_COLS
+            + tuple(c for m in registered() for c in m.cell_column_names)
+            + ("pc_recognition", "pc_preference", "exclusions", "overrides"))
+
 
 # Cell attributes copied onto every item row, for grouping and clustering.
 _ITEM_CELL_COLS = ("cell_id", "evaluator_variant", "is_finetuned") + CELL_KEYS + ("own_summaries", "finetune_fingerprint")
-ITEM_COLUMNS = _ITEM_CELL_COLS + (
-    "article_id",
-    "rec_score",
-    "rec_logodds",
-    "rec_excluded",
-    "rec_exclusion_reason",
-    "pref_score",
-    "pref_logodds",
-    "pref_excluded",
-    "pref_exclusion_reason",
-    "fam_own",
-    "fam_other",
-    "fam_difference",
-)
+_ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
+                         for k in ("score", "logodds", "excluded", "exclusion_reason"))
 
 
-def _complete_summary(cell_dir: Path, error: str, problem: Any) -> Optional[dict[str, Any]]:
-    """The cell's summary.json if it is complete; otherwise None, with the reason given to ``problem``."""
-    summary_path = cell_dir / SUMMARY_FILE
-    if not summary_path.is_file():
-        if error:
-            problem(STATUS_FAILED, "failed: cell.error.txt present, no summary.json")
-        else:
-            problem(STATUS_INCOMPLETE, "no summary.json (the cell did not finish)")
-        return None
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        problem(STATUS_FAILED, f"unreadable summary.json: {exc}")
-        return None
-    if not isinstance(summary, dict):
-        problem(STATUS_FAILED, "summary.json is not a JSON object")
-        return None
-    status = summary.get("status")
+def item_columns() -> tuple[str, ...]:
+    """The item frame's columns: the cell's coordinates, the two questions' scores, each measurement's."""
+    return _ITEM_CELL_COLS + ("article_id",) + _ITEM_SCORE_COLS + tuple(
+        c for m in registered() for c in m.item_column_names)
+
+
+def _incomplete(record: CellRecord) -> Optional[tuple[str, str]]:
+    """(problem status, reason) when the cell's summary is not that of a complete cell; None when it is."""
+    if not record.summary_found:
+        if record.error:
+            return STATUS_FAILED, f"failed: {ERROR_FILE} present, no {SUMMARY_FILE}"
+        return STATUS_INCOMPLETE, f"no {SUMMARY_FILE} (the cell did not finish)"
+    if record.summary is None:
+        return STATUS_FAILED, record.summary_problem
+    status = record.summary.status
     if status != STATUS_COMPLETE:
-        kind = STATUS_FAILED if (error or status in ("failed", "error")) else STATUS_INCOMPLETE
-        problem(kind, f"summary.json status is {status!r}, not 'complete'")
-        return None
-    return summary
+        kind = STATUS_FAILED if (record.error or status in ("failed", "error")) else STATUS_INCOMPLETE
+        return kind, f"{SUMMARY_FILE} status is {status!r}, not 'complete'"
+    return None
+
+
+@dataclass
+class _Collected:
+    """The rows and problems read so far."""
+
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    items: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[CellProblem] = field(default_factory=list)
+    n_cell_dirs: int = 0
+
+
+def _data_warnings(record: CellRecord, row: dict[str, Any]) -> list[str]:
+    """Why a complete cell's data is only partly usable (null means, results.jsonl missing or damaged)."""
+    out = []
+    missing = [q for q in QUESTIONS if math.isnan(row[f"{QUESTION_PREFIX[q]}_mean"])]
+    if missing:
+        out.append(f"{' and '.join(missing)} mean is null in {SUMMARY_FILE}")
+    left_out = "cell left out of the paper-unit and robustness fits"
+    if not record.has_results:
+        out.append(f"no {RESULTS_FILE}; {left_out}")
+    elif record.results_problem:
+        out.append(f"{record.results_problem}; {left_out}")
+    elif record.bad_lines:
+        out.append(f"{record.bad_lines} malformed line(s) in {RESULTS_FILE} skipped")
+    return out
+
+
+def _read_one(out: _Collected, cell_dir: Path, cell_id: str, sweep: str) -> None:
+    """One cell directory into the rows (complete) and the problem list (anything not fully usable)."""
+    record, overrides = read_cell(cell_dir), read_overrides(cell_dir)
+    incomplete = _incomplete(record)
+    if incomplete is not None:
+        out.problems.append(CellProblem(cell_id, str(cell_dir), *incomplete, overrides, record.error, {}))
+        return
+    row = _cell_row(record.summary, cell_id, cell_dir, sweep)
+    row["overrides"] = overrides
+    out.cells.append(row)
+    coords = {k: row[k] for k in CELL_KEYS}
+    for reason in _data_warnings(record, row):
+        out.problems.append(CellProblem(cell_id, str(cell_dir), STATUS_WARNING, reason, overrides, record.error,
+                                        dict(coords)))
+    out.items.extend(_item_rows(record.items, {k: row[k] for k in _ITEM_CELL_COLS}))
 
 
 def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
@@ -377,51 +320,15 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
     for d in dirs:
         if not d.is_dir():
             raise FileNotFoundError(f"sweep directory not found: {d}")
-    cell_rows: list[dict[str, Any]] = []
-    item_rows: list[dict[str, Any]] = []
-    problems: list[CellProblem] = []
-    n_cell_dirs = 0
+    out = _Collected()
     for sweep_dir, label in zip(dirs, _sweep_labels(dirs)):
         for cell_dir in find_cell_dirs(sweep_dir):
-            n_cell_dirs += 1
+            out.n_cell_dirs += 1
             rel = cell_dir.relative_to(sweep_dir).as_posix()
-            cell_id = label if rel == "." else f"{label}/{rel}"
-            overrides = read_overrides(cell_dir)
-            error = _read_error(cell_dir)
-            coords: dict[str, Any] = {}  # filled once summary.json is read
-
-            def problem(status: str, reason: str) -> None:
-                problems.append(CellProblem(cell_id, str(cell_dir), status, reason, overrides, error, dict(coords)))
-
-            summary = _complete_summary(cell_dir, error, problem)
-            if summary is None:
-                continue
-            row = _cell_row(summary, cell_id, cell_dir, label)
-            row["overrides"] = overrides
-            coords.update({k: row[k] for k in CELL_KEYS})
-            cell_rows.append(row)
-            if math.isnan(row["rec_mean"]) or math.isnan(row["pref_mean"]):
-                missing = [m for m, k in (("recognition", "rec_mean"), ("preference", "pref_mean")) if math.isnan(row[k])]
-                problem(STATUS_WARNING, f"{' and '.join(missing)} mean is null in summary.json")
-
-            results_path = cell_dir / RESULTS_FILE
-            if not results_path.is_file():
-                problem(STATUS_WARNING, "no results.jsonl; cell left out of the paper-unit and robustness fits")
-                continue
-            base = {k: row[k] for k in _ITEM_CELL_COLS}
-            try:
-                rows, bad = _read_items(results_path, base)
-            except OSError as exc:
-                problem(STATUS_WARNING, f"unreadable results.jsonl ({exc}); cell left out of the paper-unit and robustness fits")
-                continue
-            item_rows.extend(rows)
-            if bad:
-                problem(STATUS_WARNING, f"{bad} malformed line(s) in results.jsonl skipped")
-
-    names = distinct_variant_names(cell_rows)
-    for row in (*cell_rows, *item_rows):
+            _read_one(out, cell_dir, label if rel == "." else f"{label}/{rel}", label)
+    names = distinct_variant_names(out.cells)
+    for row in (*out.cells, *out.items):
         row["evaluator_variant"] = names.get(row["cell_id"], row["evaluator_variant"])
-    cells = pd.DataFrame(cell_rows, columns=list(CELL_COLUMNS))
-    items = pd.DataFrame(item_rows, columns=list(ITEM_COLUMNS))
-    return SweepData(sweep_dirs=dirs, cells=cells, items=items, problems=problems, n_cell_dirs=n_cell_dirs)
-
+    cells = pd.DataFrame(out.cells, columns=list(cell_columns()))
+    items = pd.DataFrame(out.items, columns=list(item_columns()))
+    return SweepData(sweep_dirs=dirs, cells=cells, items=items, problems=out.problems, n_cell_dirs=out.n_cell_dirs)

@@ -332,3 +332,83 @@ def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confide
         notes.append("several arms at one N (e.g. other hyperparameters), fitted together")
     base.note = "; ".join(notes)
     return base
+
+
+# --- label conditions on the same items -----------------------------------------------------------------------
+# The source-label experiment (conf/label/) changes only the preference prompt: the same evaluator judges the
+# same (source, article) items with the summaries tagged correctly, swapped or at random. Its comparison is
+# each label condition against the unlabelled prompt on those items, paired as fine-tuned vs base is.
+
+LABEL_REFERENCE = "none"  # conf/label/none.yaml: no source labels
+_LABEL_UNIT = ("setting", "dataset", "evaluator_variant")
+_LABEL_SIDES = ("pref", "pref_ref", "dpref")  # preference under the label, under the reference, their Δ
+LABEL_COLUMNS = [*_LABEL_UNIT, "label", "reference", "sources", "n_articles", "n_items", "note"] + [
+    f"{side}_{s}_{k}" for s in SCALES for side in _LABEL_SIDES for k in ("mean", "ci_low", "ci_high")] + [
+    f"dpref_{s}_{k}" for s in SCALES for k in ("p", "p_holm")]
+
+
+def has_label_pairs(items: pd.DataFrame) -> bool:
+    """Whether one evaluator variant judged some (source, article) of a dataset and setting under two or more
+    label conditions: the design of the source-label experiment."""
+    if items.empty:
+        return False
+    keyed = key_frame(items, [*_LABEL_UNIT, "label", "source"])
+    return bool((keyed.groupby([*_LABEL_UNIT, *_JOIN])["label"].nunique() > 1).any())
+
+
+def label_vs_reference(items: pd.DataFrame, reference: str = LABEL_REFERENCE, *,
+                       confidence: float = 0.95) -> pd.DataFrame:
+    """One row per evaluator variant × dataset × setting and label condition other than ``reference``: on the
+    items kept in both questions under both conditions (same source and article), preference under the label
+    (``pref_*``) and under the reference (``pref_ref_*``), each the paper unit's mean with its t CI, and the
+    paired difference label − reference (``dpref_*``) with the fine-tuned-vs-base Δs' article-clustered t CI
+    and p (units.unit_t); Holm's p across the labels of one unit and scale."""
+    if items.empty or not has_label_pairs(items):
+        return pd.DataFrame(columns=LABEL_COLUMNS)
+    kept = key_frame(kept_items(items)[0], [*_LABEL_UNIT, "label"])
+    rows = []
+    for key, unit in kept.groupby(list(_LABEL_UNIT), sort=True):
+        ref = unit[unit["label"] == reference]
+        for label, sub in unit[unit["label"] != reference].groupby("label", sort=True):
+            row = {**dict(zip(_LABEL_UNIT, key)), "label": label, "reference": reference}
+            rows.append({**row, **_label_fields(sub, ref, reference, confidence)})
+    out = pd.DataFrame(rows, columns=LABEL_COLUMNS)
+    for scale in SCALES:
+        col = f"dpref_{scale}_p"
+        for _, sub in out.groupby(list(_LABEL_UNIT), sort=False):
+            p = sub[col].astype(float)
+            p = p[np.isfinite(p)]
+            if len(p):
+                out.loc[p.index, f"{col}_holm"] = holm(p.to_numpy())
+    return out
+
+
+def _label_fields(sub: pd.DataFrame, ref: pd.DataFrame, reference: str, confidence: float) -> dict[str, Any]:
+    """The counts, means, CIs and Δ of one label condition against the reference on their shared items."""
+    out: dict[str, Any] = {"sources": "", "n_articles": 0, "n_items": 0, "note": ""}
+    if ref.empty:
+        out["note"] = f"no items under label={reference} for this evaluator, dataset and setting"
+        return out
+    values = [f"pref_{col}" for col in SCALES.values()]
+    # One reference value per (source, article), as the base model's in _pairs (duplicates from pooled sweeps).
+    both = sub.join(complete_mean(ref, _JOIN, values), on=list(_JOIN), how="inner", rsuffix="_ref")
+    out.update(sources=", ".join(sorted(both["source"].astype(str).unique())),
+               n_articles=int(both["article_id"].nunique()), n_items=int(len(both)))
+    if both.empty:
+        out["note"] = f"no items in common with label={reference}"
+        return out
+    for scale, col in SCALES.items():
+        label_v, ref_v = both[f"pref_{col}"].astype(float), both[f"pref_{col}_ref"].astype(float)
+        for side, v in zip(_LABEL_SIDES, (label_v, ref_v, label_v - ref_v)):
+            frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"], "v": v})
+            frame = frame[np.isfinite(frame["v"])]
+            # A source without the scale (an older sweep's log-odds) leaves the scale out, never the mean over
+            # the other sources (as the paper units do).
+            whole = frame["source"].nunique() == both["source"].nunique()
+            low, high, p = unit_t(frame, "v", confidence, bounded=side != "dpref" and scale == "paper") \
+                if whole else (math.nan, math.nan, math.nan)
+            out[f"{side}_{scale}_mean"] = _unit_mean(frame) if whole else math.nan
+            out[f"{side}_{scale}_ci_low"], out[f"{side}_{scale}_ci_high"] = low, high
+            if side == "dpref":
+                out[f"dpref_{scale}_p"] = p
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Collection, Optional, Sequence
 
 import matplotlib
 
@@ -210,14 +210,22 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
 
 
 def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path,
-               diffs: pd.DataFrame | None = None) -> list[PlotFile]:
-    """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them)."""
+               diffs: pd.DataFrame | None = None, only: Optional[Collection[str]] = None) -> list[PlotFile]:
+    """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them); ``only``: the stems of the
+    figures the report shows (report_items.plot_stems), the rest not drawn and an earlier run's copy removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots = [
-        scatter_plot(units, unit_fits, out_dir / "preference_vs_recognition.png"),
-        heatmap_plot(cells, "rec", out_dir / "heatmap_recognition.png"),
-        heatmap_plot(cells, "pref", out_dir / "heatmap_preference.png"),
-    ]
+    figures: dict[str, Callable[[Path], PlotFile]] = {
+        "preference_vs_recognition": lambda p: scatter_plot(units, unit_fits, p),
+        "heatmap_recognition": lambda p: heatmap_plot(cells, "rec", p),
+        "heatmap_preference": lambda p: heatmap_plot(cells, "pref", p),
+    }
     if diffs is not None and not diffs.empty:
-        plots.append(finetune_vs_base_plot(diffs, out_dir / "finetune_vs_base.png"))
+        figures["finetune_vs_base"] = lambda p: finetune_vs_base_plot(diffs, p)
+    plots = []
+    for stem, draw in figures.items():
+        path = out_dir / f"{stem}.png"
+        if only is None or stem in only:
+            plots.append(draw(path))
+        else:  # a stale figure of another design would sit beside the report as if it were this sweep's
+            path.unlink(missing_ok=True)
     return plots

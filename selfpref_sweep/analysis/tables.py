@@ -21,6 +21,7 @@ from .fit import (
 )
 from .calibration import calibration_label, pooled_over_datasets
 from .paired import TrendResult
+from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS, ResampledFit, reported
 from .units import VARIANT_KEYS
 
 DASH = "—"  # shown for a number that does not exist (null metric, unfitted group)
@@ -165,6 +166,42 @@ def _drop_empty_calibration(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+PAPER_STATISTIC = "the paper's statistic: plain OLS over the variant × dataset points"
+_COEFFICIENTS = {"slope": "slope", "intercept": "intercept", "shift": "shift in preference at matched recognition",
+                 "interaction": "interaction: recognition × recognition_finetune"}
+
+
+def paper_statistic_table(fits: Sequence[FitResult]) -> pd.DataFrame:
+    """The headline regression table, its rows labelled as the paper's statistic (set a replication against
+    the paper's number here; the corrected fit is resampled_table's)."""
+    table = regression_table(fits)
+    if not table.empty:
+        table["statistic"] = PAPER_STATISTIC  # last: the columns before it are regression_table's
+    return table
+
+
+def resampled_table(fits: Sequence[ResampledFit]) -> pd.DataFrame:
+    """The fits refitted on one joint article resample (resample.py), each coefficient by the method the
+    coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on."""
+    rows = []
+    shown = reported(fits)
+    groupings = {f.group_by for f in shown}
+    for f in shown:
+        why = f.no_interval
+        rows.append({
+            "level": f.level, "method": f.method, "grouping": f.group_by, "group": f.group,
+            "scale": SCALE_NAMES.get(f.scale, f.scale), "coefficient": _COEFFICIENTS.get(f.what, f.what),
+            "n": f"{f.n} {_POINT_WORDS.get(f.level, 'points')}",
+            "articles (datasets)": f"{f.n_articles} ({f.n_datasets}{', dataset term' if f.dataset_term else ''})",
+            "estimate": fmt(f.estimate), "95% CI": fmt_ci(f.ci_low, f.ci_high, why=why), "p": fmt_p(f.p),
+            "SE (resample)": fmt(f.se), "df": fmt_int(f.df), "draws": str(f.n_resamples) if f.ok else DASH,
+            "reliability of recognition": fmt(f.reliability, 2), "note": f.note,
+            CALIBRATION_COL: calibration_label(f"resampled {f.what}", f.level, f.method,
+                                               pooled_over_datasets(f.group_by, groupings)) if f.ok else "",
+        })
+    return _drop_empty_calibration(pd.DataFrame(rows))
+
+
 def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
     """Numeric version of the fits (CSV, W&B); drops the band internals."""
     df = pd.DataFrame([f.to_dict() for f in fits])
@@ -283,6 +320,29 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
 
     return _table(diffs, cols, lambda d: [
         d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
+        fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
+        d["note"] or "",
+    ])
+
+
+def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
+    """Label conditions on the same items (paired.label_vs_reference), both scales: preference under the label
+    and under the reference with their CIs, and the paired Δ with its CI, p and Holm's p."""
+    cols = ["setting", "dataset", "evaluator", "label", "vs", "sources", "n articles", "n items"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        cols += [f"preference{scale} [95% CI]", f"preference{scale}, vs [95% CI]",
+                 f"Δ preference{scale} [95% CI]", f"Δ preference{scale}: p (Holm p)"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        p = fmt_p(d.get(f"dpref_{s}_p"))
+        return [*(_est_ci(d[f"{side}_{s}_mean"], d[f"{side}_{s}_ci_low"], d[f"{side}_{s}_ci_high"], FLAT_ARTICLES)
+                  for side in ("pref", "pref_ref", "dpref")),
+                f"{p} ({fmt_p(d.get(f'dpref_{s}_p_holm'))})" if p != DASH else DASH]
+
+    return _table(labels, cols, lambda d: [
+        d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], d["sources"] or DASH,
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
     ])
@@ -508,7 +568,9 @@ def to_text(df: pd.DataFrame, columns: Optional[Iterable[str]] = None) -> str:
 GROUP_KEYS = ("setting", "label", "dataset", "transfer")
 MACHINE_KEYS = ("level", "method_key", "scale", *GROUP_KEYS, *VARIANT_KEYS, "source")
 METHOD_KEYS = {OLS_PLAIN: "ols", OLS_BY_VARIANT: "ols_clustered_by_variant", MIXED_BY_VARIANT: "mixedlm_by_variant",
-               OLS_ITEM: "ols_variant_effects_clustered_by_article"}
+               OLS_ITEM: "ols_variant_effects_clustered_by_article",
+               RESAMPLE_OLS: "ols_dataset_term_article_resample",
+               RESAMPLE_CORRECTED: "ols_error_corrected_dataset_term_article_resample"}
 
 
 def group_keys(*frames: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:

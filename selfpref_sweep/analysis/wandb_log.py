@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 import yaml
 
 from ..record import wandb_group_name
-from .discover import find_cell_dirs
+from ..sweep_files import find_cell_dirs
 
 if TYPE_CHECKING:  # pragma: no cover - kept light
     import pandas as pd

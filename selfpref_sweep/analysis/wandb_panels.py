@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..record import SUMMARY_FILE
+from ..record import read_cell
 
 SPEC_FILE = "wandb_panels.json"
 SPEC_FORMAT = "selfpref_sweep.wandb_panels/1"
@@ -238,12 +238,11 @@ def spec_for_sweep(cfg: Mapping[str, Any], *, cell_paths: Sequence[str | Path], 
 
     blocks, metrics = [], set()
     for path in cell_paths:
-        try:
-            summary = json.loads((Path(path) / SUMMARY_FILE).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        summary = read_cell(path, items=False).summary
+        if summary is None:
             continue
-        blocks.append(summary.get("cell") or {})
-        metrics.update(summary_metrics(summary))
+        blocks.append(summary.cell)
+        metrics.update(summary_metrics(summary.to_json()))
     return make_spec(group=cfg["group"], project=cfg["project"], entity=cfg["entity"], cell_blocks=blocks,
                      metrics=sorted(metrics), regression_markdown=regression_markdown,
                      analysis_tables=analysis_tables, plots=plots)

@@ -15,11 +15,11 @@ from ..data import Article, Dataset
 from ..judging import answer_distributions, judge_requests
 from ..models.cached import CachedModel
 from ..pairs import make_pairs
+from ..record import QUESTIONS
 from ..scoring import score_items, summarize_question
 from ..spec import CellSpec
 from ..summaries import generate_summaries
 
-QUESTIONS = ("recognition", "preference")
 
 
 def inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,

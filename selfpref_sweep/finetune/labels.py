@@ -10,11 +10,14 @@ from __future__ import annotations
 import random
 from typing import Callable, Dict, Optional
 
+from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
+
 VOWELS = frozenset("aeiouAEIOU")
 
-# Tasks that ask the recognition question; the others ask their own control question.
-RECOGNITION_PROMPT_TASKS = ("recognition", "always_1", "random")
-CONTROL_TASKS = ("length", "vowel", "readability")
+# The task names as strings (their one definition is config.py's): tasks that ask the recognition question,
+# and those that ask their own control question.
+RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
+CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)
 ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS
 
 

@@ -107,6 +107,33 @@ def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tu
     return out
 
 
+def _steps(torch: Any, model: Any, optimizer: Any, encoded: list, *, epochs: int, total: int, batch_size: int,
+           pad_id: int, rng: random.Random, bar: Any) -> tuple[List[float], List[float], int]:
+    """The optimizer steps: each epoch a fresh shuffle (from ``rng``, so a seed gives the same order), at most
+    ``total`` steps in all; the loss and seconds of every step, and the tokens seen."""
+    losses: List[float] = []
+    step_s: List[float] = []
+    tokens = 0
+    for _ in range(epochs):
+        order = list(range(len(encoded)))
+        rng.shuffle(order)
+        for b in range(0, len(order), batch_size):
+            if len(losses) >= total:
+                break
+            batch = [encoded[i] for i in order[b:b + batch_size]]
+            s0 = time.time()
+            loss = answer_loss(torch, model, batch, pad_id)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step_s.append(time.time() - s0)
+            losses.append(round(float(loss.detach()), 6))
+            tokens += sum(len(ids) for ids, _ in batch)
+            bar.update(1)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return losses, step_s, tokens
+
+
 class LoraTrainer(Trainer):
     """Trains a LoRA adapter for a local evaluator (backend "local")."""
 
@@ -149,30 +176,12 @@ class LoraTrainer(Trainer):
         optimizer = torch.optim.AdamW(trainable, lr=float(t.lr), weight_decay=float(t.weight_decay))
         batch_size, total = max(1, int(t.batch_size)), self.steps(len(encoded))
         pad_id = local._stop_ids[0] if local._stop_ids else 0
-        rng = random.Random(seed)
-        losses: List[float] = []
-        step_s: List[float] = []
-        tokens = 0
         bar = tqdm(total=total, desc=f"LoRA {examples.task} [{local.identity.label}]", disable=not self.show_progress,
                    leave=False)
         train_start = time.time()
-        for _ in range(max(1, int(t.epochs))):
-            order = list(range(len(encoded)))
-            rng.shuffle(order)
-            for b in range(0, len(order), batch_size):
-                if len(losses) >= total:
-                    break
-                batch = [encoded[i] for i in order[b:b + batch_size]]
-                s0 = time.time()
-                loss = answer_loss(torch, model, batch, pad_id)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                step_s.append(time.time() - s0)
-                losses.append(round(float(loss.detach()), 6))
-                tokens += sum(len(ids) for ids, _ in batch)
-                bar.update(1)
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        losses, step_s, tokens = _steps(torch, model, optimizer, encoded, epochs=max(1, int(t.epochs)),
+                                        total=total, batch_size=batch_size, pad_id=pad_id, rng=random.Random(seed),
+                                        bar=bar)
         bar.close()
         train_s = time.time() - train_start
         workdir.mkdir(parents=True, exist_ok=True)

@@ -76,16 +76,6 @@ def prepare_finetuned_evaluator(spec: CellSpec, evaluator: Optional[CachedModel]
                           entry_dir=entry.dir)
 
 
-def drop_training_articles(articles: Sequence[Article], result: Optional[FinetuneResult]) -> Tuple[List[Article], int]:
-    """The evaluation articles minus any the evaluator was trained on (a guard for datasets whose order or
-    selection differs, e.g. a shuffled copy; offsets did the rest): returns (kept, number dropped)."""
-    if result is None or not result.train_article_ids:
-        return list(articles), 0
-    train = set(result.train_article_ids)
-    kept = [a for a in articles if a.id not in train]
-    return kept, len(articles) - len(kept)
-
-
 # ------------------------------------------------------------------------------------------ plan
 def _count_others(spec: CellSpec) -> Tuple[int, str]:
     ft = spec.finetune
@@ -143,6 +133,15 @@ def planned_judge(spec: CellSpec) -> Optional[ModelConfig]:
     return trainer.tuned_model(entry, record)
 
 
+def planned_training_articles(spec: CellSpec) -> List[str]:
+    """The articles a cached fine-tune of this cell was trained on (plan mode leaves them out of the evaluation,
+    as the run does); none before the fine-tune exists."""
+    if spec.finetune is None:
+        return []
+    _, entry = _trainer_and_entry(spec, False)
+    return list((entry.record() or {}).get("train_article_ids") or [])
+
+
 def format_plan(plan: Optional[Dict[str, Any]]) -> str:
     """One line for plan mode."""
     if plan is None:
@@ -159,5 +158,6 @@ def format_plan(plan: Optional[Dict[str, Any]]) -> str:
             f" - {action}; evaluated {plan['transfer']} from article {plan['eval_offset']}{warn}")
 
 
-__all__ = ["FinetuneResult", "Trainer", "drop_training_articles", "finetune_plan", "format_plan", "planned_judge",
+__all__ = ["FinetuneResult", "Trainer", "finetune_plan", "format_plan", "planned_judge",
+           "planned_training_articles",
            "prepare_finetuned_evaluator"]

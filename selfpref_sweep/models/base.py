@@ -31,6 +31,11 @@ class ModelIdentity:
     # backend changes results (e.g. the float32 output layer of the local backend), so old cache
     # entries are not served.
     backend_version: int = 1
+    # How a local backend schedules its computation, where that changes results: "" (batched over shared
+    # prefixes: results may vary with the batch in the last bits of a 16-bit type) or "chunks<C>" (batch-
+    # invariant: one prompt at a time, KV caches in fixed chunks of C tokens). Left out of the cache key
+    # when empty, so keys made before this field existed still hold.
+    schedule: str = ""
 
     @property
     def label(self) -> str:
@@ -48,7 +53,11 @@ CACHE_KEY_VERSION = 2
 
 
 def _key(obj: object) -> str:
-    blob = json.dumps({"key_version": CACHE_KEY_VERSION, "request": asdict(obj)}, sort_keys=True, ensure_ascii=False)
+    request = asdict(obj)
+    model = request.get("model")
+    if isinstance(model, dict) and not model.get("schedule"):
+        model.pop("schedule", None)  # the default schedule: keys as before the field existed
+    blob = json.dumps({"key_version": CACHE_KEY_VERSION, "request": request}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -224,17 +233,63 @@ def adapter_fingerprint(cfg) -> Optional[str]:
     return None if adapter is None else str(adapter.fingerprint)
 
 
+SCORES_GIVEN_TEXT = "its backend scores given text"  # the reason of a backend that always can
+
+
 class ModelAPI(ABC):
     """What a backend does. The methods take a batch so a backend can order or parallelise the
     work (prefix reuse, requests in flight) and yield each result as soon as it has it, so the
-    caller can cache it at once and an interruption loses at most the call in progress."""
+    caller can cache it at once and an interruption loses at most the call in progress.
+
+    The backend contract: what the rest of the code may ask of a backend, as classmethods of the model's
+    config (no instance, no weights loaded), so no module outside `models/` ever tests a backend's name:
+      identity_for(cfg)              the model's identity (every cache key holds it);
+      judge_settings(cfg)            judging settings that travel in each JudgeDecoding;
+      costs_money(cfg)               whether its calls cost money (judge.competence=auto is on where not);
+      top_logprobs(cfg)              how many top logprobs a judging call returns (None: the whole distribution);
+      sends_batches(cfg)             whether its uncached calls go as batches (plan mode's price factor);
+      offers_sequence_logprobs(cfg)  whether it can score a given text (familiarity), and
+      sequence_logprobs_support(cfg) the same with the reason (how it was decided);
+      preflight_problems(cfg, model_cache)  (kind, message) of what would make its calls fail, found without
+                                     loading it or calling it for real (plan mode);
+      poolable                       whether a built instance is worth keeping between cells (models/pool.py).
+    The defaults are the cautious answers for an unknown backend: its calls may cost, it returns a whole
+    distribution, it scores text if it implements sequence_logprobs, and nothing is checked before a run."""
 
     identity: ModelIdentity
+    poolable: bool = False
+
+    @classmethod
+    def identity_for(cls, cfg) -> ModelIdentity:
+        raise NotImplementedError(f"{cls.__name__} does not define identity_for(cfg)")
 
     @classmethod
     def judge_settings(cls, cfg) -> Dict[str, object]:
         """The model's judging settings that belong in JudgeDecoding (beyond the answers)."""
         return {}
+
+    @classmethod
+    def costs_money(cls, cfg) -> bool:
+        """Whether this model's calls cost money. Unknown backends: assumed to."""
+        return True
+
+    @classmethod
+    def top_logprobs(cls, cfg) -> Optional[int]:
+        """How many top logprobs a judging call returns; None: the whole next-token distribution."""
+        return None
+
+    @classmethod
+    def sends_batches(cls, cfg) -> bool:
+        """Whether this model's uncached calls go through a batch API, billed at `batch_price_factor` of the
+        price. No, unless the backend has a batch path and the config asks for it (the OpenAI backend:
+        `batch: true`, models/openai_batch.py)."""
+        return False
+
+    @classmethod
+    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+        """(kind, message) per problem that would make this model's calls fail (kind: "api_key", "weights",
+        ...), found without loading the model or making a real call."""
+        return []
 
     @abstractmethod
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
@@ -253,8 +308,17 @@ class ModelAPI(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not score given text")
 
     @classmethod
-    def offers_sequence_logprobs(cls) -> bool:
-        return cls.sequence_logprobs is not ModelAPI.sequence_logprobs
+    def offers_sequence_logprobs(cls, cfg=None) -> bool:
+        """Whether this model can score given text: by default, whether the backend implements
+        sequence_logprobs; a backend whose answer depends on the config (a server) says so per cfg."""
+        return cls.sequence_logprobs_support(cfg)[0]
+
+    @classmethod
+    def sequence_logprobs_support(cls, cfg) -> Tuple[bool, str]:
+        """(can it score given text?, why): the reason names how that was decided."""
+        if cls.sequence_logprobs is not ModelAPI.sequence_logprobs:
+            return True, SCORES_GIVEN_TEXT
+        return False, "its backend cannot score given text"
 
     def close(self) -> None:  # release weights / connections
         pass

@@ -7,6 +7,7 @@ one (written before this rule) counts as a miss."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import asdict
 from typing import Callable, Dict, Optional, Sequence
 
@@ -18,6 +19,10 @@ from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateReques
 
 # missing_reason values of an AnswerDistribution that describe the call, not the model's answer.
 FAILURE_REASONS = frozenset({"no_logprobs", "error"})
+
+# The call store whose misses the backend is serving right now (set while a CachedModel iterates its
+# backend): a backend that records work in flight, the OpenAI Batch API's batch ids, keeps it beside it.
+CALL_STORE: ContextVar[Optional[Store]] = ContextVar("selfpref_call_store", default=None)
 
 
 # request kind -> the type of its stored result
@@ -84,15 +89,19 @@ class CachedModel:
         if misses:
             bar = tqdm(total=len(misses), desc=f"{desc} [{self.identity.label}]", disable=not self.show_progress,
                        leave=False)
-            for req, out in call(misses):
-                self.calls += 1
-                self.prompt_tokens += out.prompt_tokens
-                self.completion_tokens += getattr(out, "completion_tokens", 0)
-                if not is_failure(out):
-                    self.store.put(req.cache_key(), kind=kind, model=self.identity.label, request=asdict(req),
-                                   value=out.to_json())
-                results[req] = out
-                bar.update(1)
+            token = CALL_STORE.set(self.store)
+            try:
+                for req, out in call(misses):
+                    self.calls += 1
+                    self.prompt_tokens += out.prompt_tokens
+                    self.completion_tokens += getattr(out, "completion_tokens", 0)
+                    if not is_failure(out):
+                        self.store.put(req.cache_key(), kind=kind, model=self.identity.label, request=asdict(req),
+                                       value=out.to_json())
+                    results[req] = out
+                    bar.update(1)
+            finally:
+                CALL_STORE.reset(token)
             bar.close()
         return results
 

@@ -1,6 +1,6 @@
 """Scoring the analysis' intervals and tests against known truths: the simulator's coverage mode.
 
-``python -m selfpref_sweep.simulate --coverage`` (simulate.py) draws many sweeps from a design whose every
+``python -m selfpref_sweep.analysis.simulate --coverage`` (simulate.py) draws many sweeps from a design whose every
 quantity has a known true value, runs the analysis on each in memory (``analyse``: the calls
 pipeline.run_analysis makes, with the same arguments), and counts, per printed interval, how often it covers
 the truth and, per test, how often it rejects a true null. This module knows nothing of how the sweeps are
@@ -18,12 +18,14 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from .analysis.estimates import Estimates, estimate
-from .analysis.fit import (
+from .estimates import Estimates, estimate
+from .fit import (
     GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, FitResult,
     condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_specificities,
 )
-from .analysis.units import SCALES
+from ..record import QUESTION_PREFIX
+from .resample import METHODS, RESAMPLE_CORRECTED, true_resampled
+from .units import SCALES
 
 ALPHA = 0.05
 TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07)}
@@ -31,7 +33,7 @@ HOLDS, FAILS, MC_ERROR = "holds", "does not hold", "within MC error"
 _Z = 1.96  # the Monte Carlo interval: estimate ± 1.96 MC SE
 _NULL = 1e-12  # a true Δ this small is 0 (the design plants exact zeros)
 _ALL = GROUPINGS[0][0]  # "setting × label": every dataset of the condition
-_QUESTIONS = {"rec": "recognition", "pref": "preference"}
+_QUESTIONS = {prefix: q for q, prefix in QUESTION_PREFIX.items()}  # "rec" -> "recognition"
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,27 @@ def _rows() -> list[Row]:
     for scale in SCALES:
         for q, name in _QUESTIONS.items():
             rows.append(Row(f"trend|{q}|{scale}", "coverage", f"dose trend of Δ {name} CI, {scale}"))
+    return rows + _resampled_rows()
+
+
+# The joint article resample's rows (resample.py), both methods: "rs" corrected, "rsols" uncorrected.
+_RS_TAGS = {RESAMPLE_CORRECTED: ("rs", "corrected fit"), METHODS[0]: ("rsols", "resample OLS")}
+
+
+def _resampled_rows() -> list[Row]:
+    rows = []
+    for method in (RESAMPLE_CORRECTED, METHODS[0]):
+        tag, name = _RS_TAGS[method]
+        for scale in SCALES:
+            for what, level in (("slope", LEVEL_UNIT), ("intercept", LEVEL_UNIT), ("slope", LEVEL_SOURCE)):
+                for grp, gname in (("all", "all datasets, dataset term"), ("dataset", "per dataset")):
+                    rows.append(Row(f"{tag}|{what}|{level}|{grp}|{scale}", "coverage",
+                                    f"{name}: {level} {what} CI ({gname}), {scale}"))
+            for what in ("shift", "interaction"):
+                for level in (LEVEL_UNIT, LEVEL_SOURCE):
+                    for grp, gname in (("all", "all, dataset term"), ("transfer", "per transfer")):
+                        rows.append(Row(f"{tag}|{what}|{level}|{grp}|{scale}", "size",
+                                        f"{name}: {what} test, {level}, {gname}, {scale}"))
     return rows
 
 
@@ -205,6 +228,20 @@ def trend_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
             _add(counts, f"trend|{q}|{t.scale}", covers(t.ci_low, t.ci_high, value))
 
 
+def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts) -> None:
+    """The joint article resample's rows against the same fits on the true points: slope and intercept CIs
+    cover, shift and interaction tests reject (a row without an interval counts as a miss, and as such)."""
+    truths = {(f.what, f.level, f.group_by, f.group, f.scale): f.estimate for f in true_fits.get("resampled", [])}
+    for f in res.resampled:
+        t = truths.get((f.what, f.level, f.group_by, f.group, f.scale), math.nan)
+        if f.method not in _RS_TAGS or not f.ok or not math.isfinite(t):
+            continue
+        hit = covers(f.ci_low, f.ci_high, t)
+        if f.what in ("shift", "interaction"):
+            hit = None if hit is None else not hit
+        _add(counts, f"{_RS_TAGS[f.method][0]}|{f.what}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
+
+
 def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any]) -> Counts:
     """Every row's [hits, trials, no interval] in one simulated sweep."""
     counts: Counts = {}
@@ -213,6 +250,7 @@ def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any]) -> Cou
     fit_counts(res, true_fits, counts)
     test_counts(res, true_fits, counts)
     trend_counts(res, truth, counts)
+    resampled_counts(res, true_fits, counts)
     return counts
 
 
@@ -230,7 +268,8 @@ def true_fits(truth: Truth) -> dict[str, list]:
             source.append(fit_formula(pts, level=LEVEL_SOURCE, group_by=name, group=group, scale=scale))
     return {"headline": fit_paper_units(truth.units), "source": source,
             "specificity": fit_specificities(truth.units, truth.points, RECOGNITION_TASKS),
-            "interaction": fit_interactions(truth.units, truth.points, RECOGNITION_TASKS)}
+            "interaction": fit_interactions(truth.units, truth.points, RECOGNITION_TASKS),
+            "resampled": true_resampled(truth.units, truth.points, RECOGNITION_TASKS)}
 
 
 def true_trends(truth: Truth) -> dict[tuple[str, str, str], float]:

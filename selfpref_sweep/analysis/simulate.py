@@ -1,4 +1,4 @@
-"""``python -m selfpref_sweep.simulate``: a planted-bias simulator for the sweep analysis.
+"""``python -m selfpref_sweep.analysis.simulate``: a planted-bias simulator for the sweep analysis.
 
 It writes a synthetic sweep (real cell directories with summary.json and results.jsonl in the record schema)
 whose evaluators have chosen effects, runs the analysis on it, and prints the recovered effects next to
@@ -13,7 +13,8 @@ intercept + slope · its recognition signal (control_slope for control fine-tune
 exactly on the log-odds scale (and item_slope plants a within-variant, item-level one); on the paper's scale the planted values are the expectations of the
 paper's score (Gauss-Hermite quadrature), and the planted slope is the OLS line through them.
 
-The answer distributions go through the cell's own scoring stage (scoring.score_pair), so what the
+The answer distributions go through the cell's own scoring stage (scoring.pair_verdict), and the records are
+built as the cell builds them (record.Item, scoring.question_stats, results.summary_record), so what the
 analysis reads is what a real cell would write for such a judge.
 """
 
@@ -37,24 +38,25 @@ import pandas as pd
 from scipy import stats
 from scipy.special import expit
 
-from .analysis.fit import GROUPINGS, fit_formula
-from .analysis.load import evaluator_variant
-from .analysis.units import kept_items, unit_means
-from .competence import judge_passed
+from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS
+from ..models.base import AnswerDistribution
+from ..record import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
+                      Verdict, transfer_of)
+from ..results import summary_record
+from ..scoring import LOW_ANSWER_MASS, judge_passed, pair_verdict, question_stats, score_order
 from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, true_fits
-from .models.base import AnswerDistribution
-from .record import RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE, CellCoordinates, transfer_of
-from .results import exclusion_counts
-from .scoring import LOW_ANSWER_MASS, score_order, score_pair, summarize_question
+from .fit import GROUPINGS, fit_formula
+from .load import evaluator_variant
+from .units import kept_items, unit_means
 
 EVALUATOR = "simllm"
-CONTROL_TASKS = ("length", "vowel", "readability", "always_1", "random")
+# The control fine-tunes in the order variants() cycles through them: the control-question tasks, then the
+# recognition-prompt controls (every fine-tune task but `recognition`, from the config's groups).
+CONTROL_ARMS = tuple(t.value for t in (*CONTROL_QUESTION_TASKS, *RECOGNITION_PROMPT_TASKS[1:]))
 RECOGNITION_NS = (2, 10, 50, 100, 200, 500)
 MIN_ANSWER_MASS = 0.5  # the cell's default; an excluded order gets a mass below it
 EXCLUDED_MASS = 0.3
 ALPHA = 0.05
-QUESTIONS = ("recognition", "preference")
-_PREFIX = {"recognition": "rec", "preference": "pref"}
 
 
 @dataclass(frozen=True)
@@ -142,7 +144,7 @@ def variants(spec: SimulationSpec) -> list[Variant]:
     """Base (if any), then recognition and control fine-tunes interleaved, so that both kinds span the
     recognition range."""
     recognition = [("recognition", n) for n in RECOGNITION_NS[: spec.recognition_variants]]
-    controls = [(CONTROL_TASKS[i % len(CONTROL_TASKS)], 10 * (1 + i // len(CONTROL_TASKS)))
+    controls = [(CONTROL_ARMS[i % len(CONTROL_ARMS)], 10 * (1 + i // len(CONTROL_ARMS)))
                 for i in range(spec.control_variants)]
     order: list[tuple[str, Optional[int]]] = [("none", None)] if spec.include_base else []
     for i in range(max(len(recognition), len(controls))):
@@ -246,7 +248,7 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
                 deviation = np.zeros(n)  # the item's recognition signal minus its variant's mean
                 for q, mean in (("recognition", v.recognition), ("preference", v.preference),
                                 ("competence", v.competence)):
-                    p = _PREFIX.get(q, "comp")
+                    p = QUESTION_PREFIX.get(q, "comp")
                     shift = spec.source_effect(source) if q != "competence" else 0.0
                     signal = mean + shift + effects[q] + rng.normal(0.0, spec.noise, n)
                     if q == "recognition":
@@ -268,26 +270,21 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
 # --- writing the sweep ----------------------------------------------------------------------------
 
 
-def _verdict(row: dict[str, Any], prefix: str) -> dict[str, Any]:
+def _verdict(row: dict[str, Any], prefix: str) -> Verdict:
     """The cell's verdict for one question, through the scoring stage (own summary first, then second)."""
     mass_f = float(row[f"{prefix}_mass_forward"])
     pf, pb = float(row[f"{prefix}_p_forward"]), float(row[f"{prefix}_p_backward"])
     forward = score_order(AnswerDistribution({"1": mass_f * pf, "2": mass_f * (1 - pf)}, "simulated"), 1)
     backward = score_order(AnswerDistribution({"1": 1 - pb, "2": pb}, "simulated"), 2)
-    return score_pair(forward, backward, MIN_ANSWER_MASS)  # with the paper's score and the log-odds score
+    return pair_verdict(forward, backward, MIN_ANSWER_MASS)  # with the paper's score and the log-odds score
 
 
-def _question_block(records: list[dict], question: str, spec: SimulationSpec) -> dict[str, Any]:
-    # The cell's own summary statistics: the paper's score, the log-odds score, the smallest detectable effect.
-    return summarize_question(records, question, spec.n_resamples, 0.95, spec.seed)
-
-
-def _competence_block(records: list[dict], spec: SimulationSpec) -> dict[str, Any]:
+def _competence_block(items: list[Item], spec: SimulationSpec) -> dict[str, Any]:
     """summary.json's judge_competence, by the cell's own statistics and pass rule."""
-    rows = [{"article_id": r["article_id"], "competence": r["competence"]} for r in records]
-    stats_ = summarize_question(rows, "competence", spec.n_resamples, 0.95, spec.seed)
+    rows = [{"article_id": it.article_id, "competence": it.measured["competence"]} for it in items]
+    stats_ = question_stats(rows, "competence", 0.95).to_json()
     return {"enabled": True, **stats_, "threshold": spec.competence_threshold,
-            "passed": judge_passed(stats_, spec.competence_threshold), "calls_sampled": 2 * len(records)}
+            "passed": judge_passed(stats_, spec.competence_threshold), "calls_sampled": 2 * len(items)}
 
 
 def _plain(value: Any) -> Any:
@@ -299,6 +296,44 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _write_overrides(cell_dir: Path, coords: CellCoordinates) -> None:
+    """.hydra/overrides.yaml as Hydra would have written it for the cell."""
+    (cell_dir / ".hydra").mkdir(parents=True)
+    overrides = [f"evaluator={EVALUATOR}", f"source={coords.source}", f"dataset={coords.dataset}",
+                 f"setting={coords.setting}", f"label={coords.label}"]
+    if coords.finetune_task != "none":
+        overrides += [f"finetune_task={coords.finetune_task}",
+                      f"finetune_task.n_articles={coords.finetune_n_articles}",
+                      f"finetune_dataset={coords.finetune_dataset}"]
+    (cell_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides), encoding="utf-8")
+
+
+def _cell_items(cell: pd.DataFrame, coords: CellCoordinates) -> list[Item]:
+    """The cell's results.jsonl records, in the record schema."""
+    return [Item(row["article_id"], EVALUATOR, coords.source, coords.dataset,
+                 f"(simulated article {row['article_id']})", False, "(simulated own summary)",
+                 f"(simulated {coords.source} summary)",
+                 {"recognition": _verdict(row, "rec"), "preference": _verdict(row, "pref")},
+                 {"competence": _verdict(row, "comp")})
+            for row in cell.to_dict("records")]
+
+
+def _write_cell(cell_dir: Path, cell: pd.DataFrame, spec: SimulationSpec) -> None:
+    """One cell's directory: overrides, results.jsonl and summary.json, built as the cell builds them."""
+    first = cell.iloc[0]
+    coords = CellCoordinates(**{k: _plain(first[k]) for k in CELL_KEYS})
+    _write_overrides(cell_dir, coords)
+    items = _cell_items(cell, coords)
+    summary = summary_record(
+        items, QUESTIONS, {q: question_stats(items, q, 0.95) for q in QUESTIONS}, cell=coords.to_json(),
+        n_articles=len(items), min_answer_mass=MIN_ANSWER_MASS,
+        own_summaries={"kind": "generated", "name": EVALUATOR}, elapsed_s=0.0,
+        warnings=["simulated cell (python -m selfpref_sweep.analysis.simulate)"],
+        extra={"judge_competence": _competence_block(items, spec), "model_calls": 0})
+    (cell_dir / RESULTS_FILE).write_text("".join(json.dumps(it.to_json()) + "\n" for it in items), encoding="utf-8")
+    (cell_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
+
+
 def write_sweep(spec: SimulationSpec, out_dir: Path) -> pd.DataFrame:
     """Write the synthetic sweep into ``out_dir`` (one numbered cell directory per variant × source ×
     dataset, plus simulation.json with what was planted); returns the drawn items."""
@@ -306,42 +341,8 @@ def write_sweep(spec: SimulationSpec, out_dir: Path) -> pd.DataFrame:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} is not empty: the simulator writes a fresh sweep")
     items = draw_items(spec, np.random.default_rng(spec.seed))
-    keys = list(CellCoordinates.__dataclass_fields__)
     for job, (_, cell) in enumerate(items.groupby("cell_id", sort=False)):
-        first = cell.iloc[0]
-        coords = CellCoordinates(**{k: _plain(first[k]) for k in keys})
-        cell_dir = out_dir / str(job)
-        (cell_dir / ".hydra").mkdir(parents=True)
-        overrides = [f"evaluator={EVALUATOR}", f"source={coords.source}", f"dataset={coords.dataset}",
-                     f"setting={coords.setting}", f"label={coords.label}"]
-        if coords.finetune_task != "none":
-            overrides += [f"finetune_task={coords.finetune_task}",
-                          f"finetune_task.n_articles={coords.finetune_n_articles}",
-                          f"finetune_dataset={coords.finetune_dataset}"]
-        (cell_dir / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides), encoding="utf-8")
-        records = []
-        for row in cell.to_dict("records"):
-            records.append({
-                "article_id": row["article_id"], "evaluator": EVALUATOR, "source": coords.source,
-                "dataset": coords.dataset, "article": f"(simulated article {row['article_id']})",
-                "article_truncated": False, "own_summary": "(simulated own summary)",
-                "other_summary": f"(simulated {coords.source} summary)",
-                "recognition": _verdict(row, "rec"), "preference": _verdict(row, "pref"),
-                "competence": _verdict(row, "comp"),
-            })
-        summary = {
-            "status": STATUS_COMPLETE, "cell": coords.to_json(), "n_articles": len(records), "n_items": len(records),
-            "n_excluded": sum(any(r[q]["excluded"] for q in QUESTIONS) for r in records),
-            "exclusions": exclusion_counts(records, QUESTIONS),
-            **{q: _question_block(records, q, spec) for q in QUESTIONS},
-            "judge_competence": _competence_block(records, spec),
-            "own_summaries": {"kind": "generated", "name": EVALUATOR},
-            "min_answer_mass": MIN_ANSWER_MASS, "warnings": ["simulated cell (python -m selfpref_sweep.simulate)"],
-            "model_calls": 0, "elapsed_s": 0.0,
-        }
-        summary["position_consistency"] = {q: summary[q]["position_consistency"] for q in QUESTIONS}
-        (cell_dir / RESULTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-        (cell_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        _write_cell(out_dir / str(job), cell, spec)
     planted = {"spec": asdict(spec), "effects": planted_effects(spec),
                "units": planted_units(spec).to_dict(orient="records")}
     (out_dir / "simulation.json").write_text(json.dumps(planted, indent=2), encoding="utf-8")
@@ -418,7 +419,7 @@ class CoverageDesign:
         biased toward (β = 0) and the paper's score is σ(s), not squashed."""
         rec = [self.base_signal + d for d in self.recognition_deltas]
         ctl = [self.base_signal + d for d in self.control_deltas]
-        biases = [self.always_1_bias if CONTROL_TASKS[i % len(CONTROL_TASKS)] == "always_1" else self.position_bias
+        biases = [self.always_1_bias if CONTROL_ARMS[i % len(CONTROL_ARMS)] == "always_1" else self.position_bias
                   for i in range(len(ctl))]
         signals, betas = [self.base_signal], [self.position_bias]
         for i in range(max(len(rec), len(ctl))):  # variants()' order: recognition and controls interleaved
@@ -614,7 +615,7 @@ def _floats(text: str) -> tuple[float, float]:
 def build_parser() -> argparse.ArgumentParser:
     d = SimulationSpec()
     p = argparse.ArgumentParser(
-        prog="python -m selfpref_sweep.simulate",
+        prog="python -m selfpref_sweep.analysis.simulate",
         description="Write a synthetic sweep with planted self-recognition and self-preference effects, run the "
                     "analysis on it, and print the recovered effects next to the planted ones and a power curve. "
                     "Signals are on the log-odds scale (0 = no bias).",
@@ -693,7 +694,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.coverage:
-        words = ["python -m selfpref_sweep.simulate", *(sys.argv[1:] if argv is None else argv)]
+        words = ["python -m selfpref_sweep.analysis.simulate", *(sys.argv[1:] if argv is None else argv)]
         return coverage_main(args, " ".join(words))
     if args.out is None:
         print("error: --out is needed (or --coverage)", file=sys.stderr)
@@ -705,7 +706,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    from .analysis.pipeline import run_analysis
+    from .pipeline import run_analysis
 
     result = run_analysis([args.out], wandb_cfg={"mode": "disabled"})
     print(f"Synthetic sweep: {args.out} (planted values in {args.out / 'simulation.json'})")

@@ -1,0 +1,158 @@
+"""Measurements beyond the cell's two questions, as plug-ins: each asks the judge something else about the
+cell's pairs (the judge-competence control, familiarity, ...) and records it beside the two questions.
+
+A measurement is one class with the interface below, named in `MEASUREMENTS` (name -> "module:Class",
+imported only when used; `$SELFPREF_MEASUREMENTS="name=module:Class,..."` adds entries). Every place that
+handles a measurement loops over the registry: the cell (its requests go to the judge in the cell's batch),
+plan mode (its calls are counted), the cell record (its item field and its summary.json block), the printed
+cell result, the analysis frames (its cell and item columns), the W&B item table and the item viewer.
+
+To add one, write a subclass in its own module, add one line to `MEASUREMENTS`, and read its settings with
+`settings(spec.judge, name)`: a `judge.<name>` key of the typed schema, or else `judge.measurements.<name>`
+(an open block, so a new measurement needs no schema change: `+judge.measurements.<name>.mode=on`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+
+from .registry import resolve
+
+if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run time
+    from .cell_inputs import CellInputs
+    from .judging import ItemRequests
+
+# name -> "module:Class"; order is the order of the printed result and of the analysis columns.
+MEASUREMENTS: Dict[str, str] = {
+    "competence": "selfpref_sweep.competence:CompetenceMeasurement",
+    "familiarity": "selfpref_sweep.familiarity:FamiliarityMeasurement",
+}
+ENV_VAR = "SELFPREF_MEASUREMENTS"
+
+
+@dataclass
+class Stage:
+    """A measurement's work for one cell: on or off and why, the answer requests that go to the judge in the
+    cell's batch, and whatever else the measurement needs to score them (`state`)."""
+
+    enabled: bool
+    reason: str
+    answer_items: List["ItemRequests"] = field(default_factory=list)
+    state: Any = None  # the measurement's own object (e.g. the competence control, the familiarity stage)
+    records: Dict[str, Any] = field(default_factory=dict)  # article id -> the item's record, once scored
+
+    def plan_block(self, n_requests: int) -> Dict[str, Any]:
+        return {"enabled": self.enabled, "requests": n_requests, "reason": self.reason}
+
+
+class Measurement(ABC):
+    """One measurement. `item_key` names its field in each results.jsonl line, `summary_key` its block in
+    summary.json; `prefix` prefixes its columns in the analysis frames and the W&B item table."""
+
+    name: str
+    item_key: str
+    summary_key: str
+    prefix: str
+    omit_missing: bool = False  # True: an article without a record gets no field (else the field is null)
+
+    # --- the cell -------------------------------------------------------------------------------------
+    @abstractmethod
+    def prepare(self, inputs: "CellInputs", judge, judge_cfg) -> Stage:
+        """The stage's requests for the cell (`judge` is a CachedModel or plan mode's stand-in)."""
+
+    @abstractmethod
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+        """article id -> the item's record, from the answer distributions of the cell's batch (`dists`); a
+        measurement that asks more of the judge (e.g. scoring given text) makes those calls here."""
+
+    @abstractmethod
+    def summarize(self, stage: Stage, inputs: "CellInputs", n_items: int) -> Dict[str, Any]:
+        """summary.json's block."""
+
+    def n_requests(self, stage: Stage) -> int:
+        """The judge calls the stage makes, cached or not (plan mode counts them)."""
+        return sum(len(slots) for item in stage.answer_items for slots in item.by_question.values())
+
+    def shown_summaries(self, stage: Stage) -> Sequence[Any]:
+        """Summary sets the stage shows beyond the cell's own and other (their standardization is recorded)."""
+        return ()
+
+    # --- the record, read back ------------------------------------------------------------------------
+    def format(self, block: Optional[Dict[str, Any]]) -> Optional[str]:
+        """The block's line in the printed cell result (None: nothing to print)."""
+        return None
+
+    def cell_columns(self, block: Dict[str, Any]) -> Dict[str, Any]:
+        """The summary.json block flattened into the analysis' cell frame ({} block: an older cell)."""
+        return {}
+
+    def item_columns(self, record: Any) -> Dict[str, Any]:
+        """The item's record flattened into the analysis' item frame and the W&B item table."""
+        return {}
+
+    def table_columns(self, record: Any) -> Dict[str, Any]:
+        """The item's record in the W&B item table (by default its analysis columns)."""
+        return self.item_columns(record)
+
+    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+        """The item's record as the item viewer shows it (a small label -> value dict), None: not shown."""
+        return None
+
+    # column names (the frames list them even when no cell has the measurement)
+    cell_column_names: Sequence[str] = ()
+    item_column_names: Sequence[str] = ()
+
+
+def measurement(name: str) -> Measurement:
+    return resolve(MEASUREMENTS, ENV_VAR, name, "measurement")()
+
+
+def registered() -> List[Measurement]:
+    """Every registered measurement, built-ins first, then those added through the environment."""
+    names = list(MEASUREMENTS)
+    for entry in filter(None, os.environ.get(ENV_VAR, "").split(",")):
+        key = entry.partition("=")[0].strip()
+        if key not in names:
+            names.append(key)
+    return [measurement(n) for n in names]
+
+
+def settings(judge_cfg: Any, name: str) -> Any:
+    """A measurement's settings: `judge.<name>` when the typed schema has it, else `judge.measurements.<name>`
+    (None when absent)."""
+    if hasattr(judge_cfg, name):
+        return getattr(judge_cfg, name)
+    block = getattr(judge_cfg, "measurements", None) or {}
+    return block.get(name) if hasattr(block, "get") else None
+
+
+def number(value: Any) -> float:
+    """A record's number as a float; NaN when absent, null, not a number or not finite (older or damaged
+    records; metrics may be null)."""
+    if isinstance(value, bool) or value is None:
+        return math.nan
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return out if math.isfinite(out) else math.nan
+
+
+def block(record: Any, *path: str) -> Dict[str, Any]:
+    """A nested dict of a record, {} when absent or malformed (older cells lack the newer blocks)."""
+    node: Any = record
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+CI_FIELDS = {"mean": "mean", "ci_low": "ci_low", "ci_high": "ci_high"}
+
+
+def numbers(source: Dict[str, Any], prefix: str, fields: Mapping[str, str]) -> Dict[str, float]:
+    """{prefix_column: the block's number under key} for each column: key of ``fields`` (NaN when absent)."""
+    return {f"{prefix}_{column}": number(source.get(key)) for column, key in fields.items()}

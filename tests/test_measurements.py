@@ -1,0 +1,70 @@
+"""Measurement plug-ins: a toy measurement, added through its own module, one registry entry and its config,
+reaches every place a measurement goes: results.jsonl, summary.json, the printed result, plan mode's counts,
+the analysis frames and items.html."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from selfpref_sweep.analysis.items_view import write_items_html
+from selfpref_sweep.analysis.load import load_sweeps
+from selfpref_sweep.cell import run_cell
+from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
+from selfpref_sweep.plan import plan_cell
+from selfpref_sweep.spec import resolve_cell
+from tests.conftest import FAKE_EVALUATOR
+
+TOY = "toy=tests.toy_measurement:ToyMeasurement"  # the one registry entry
+ON = "+judge.measurements.toy.mode=on"  # its config
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    monkeypatch.setenv("SELFPREF_MEASUREMENTS", TOY)
+
+
+def test_the_registry_holds_the_built_ins_then_the_added_ones(toy):
+    assert [m.name for m in registered()] == [*MEASUREMENTS, "toy"]
+
+
+def test_the_toy_reaches_the_record_the_print_and_the_analysis(toy, compose_cfg, tmp_path, capsys):
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=4", ON])
+    assert settings(cfg.judge, "toy") == {"mode": "on"}
+    cell_dir = tmp_path / "sweep" / "0"
+    summary = run_cell(resolve_cell(cfg), cell_dir)
+    items = [json.loads(line) for line in (cell_dir / "results.jsonl").read_text().splitlines()]
+    scored = [it["toy"] for it in items if "toy" in it]
+    assert scored and all(0.0 <= v["score"] <= 1.0 for v in scored if not v["excluded"])
+    assert summary["toy"]["enabled"] and summary["toy"]["n"] == sum(not v["excluded"] for v in scored)
+    assert json.loads((cell_dir / "summary.json").read_text())["toy"] == summary["toy"]
+    assert "  toy  " in capsys.readouterr().out
+
+    data = load_sweeps([tmp_path / "sweep"])
+    assert data.cells.loc[0, "toy_mean"] == pytest.approx(summary["toy"]["mean"])
+    assert data.items["toy_score"].notna().sum() == len(scored)
+    page = write_items_html([tmp_path / "sweep"], tmp_path / "report").read_text()
+    assert "P(longer)" in page
+
+
+def test_plan_mode_counts_the_toy_calls(toy, compose_cfg, tmp_path):
+    base = [*FAKE_EVALUATOR, "dataset.n_articles=4", "judge.competence=off"]
+    off = plan_cell(resolve_cell(compose_cfg(base, store=tmp_path / "a.sqlite")), tmp_path / "off")
+    on = plan_cell(resolve_cell(compose_cfg([*base, ON], store=tmp_path / "b.sqlite")), tmp_path / "on")
+    assert off["toy"] == {"enabled": False, "requests": 0, "reason": "judge.measurements.toy.mode=off"}
+    assert on["toy"]["enabled"] and on["toy"]["requests"] > 0
+    assert on["uncached_calls"] - off["uncached_calls"] == on["toy"]["requests"]  # the toy's calls, none else
+
+
+def test_an_unknown_measurement_is_a_clear_error(monkeypatch):
+    from selfpref_sweep.errors import ConfigError
+
+    monkeypatch.setenv("SELFPREF_MEASUREMENTS", "nope=tests.no_such_module:Nope")
+    with pytest.raises(ConfigError, match="measurement 'nope' names 'tests.no_such_module:Nope', which cannot be"):
+        registered()
+    monkeypatch.setenv("SELFPREF_MEASUREMENTS", "")
+    with pytest.raises(ConfigError, match="Unknown measurement 'nope'"):
+        from selfpref_sweep.measurements import measurement
+
+        measurement("nope")
