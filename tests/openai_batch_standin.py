@@ -36,12 +36,14 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List, Optional
 from urllib.parse import parse_qsl, urlparse
 
+from tests.loopback import LoopbackServer
 
-class BatchStandIn:
+
+class BatchStandIn(LoopbackServer):
     def __init__(self, upstream: str):
         self.upstream = upstream.rstrip("/")
         self.hold = False
@@ -59,22 +61,12 @@ class BatchStandIn:
         self.uploaded: List[str] = []  # the uploaded JSONL texts
         self._lock = threading.Lock()
         self._workers: List[threading.Thread] = []
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(self._handler(), name="batch-standin")
 
     # ---------------------------------------------------------------- lifecycle
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "BatchStandIn":
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc) -> None:
         self.hold = False
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc)
         for worker in self._workers:
             worker.join(timeout=60)
 

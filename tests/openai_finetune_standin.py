@@ -30,14 +30,16 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List
 from urllib.parse import parse_qsl, urlparse
+
+from tests.loopback import LoopbackServer
 
 STAGES = ("validating_files", "queued", "running")
 
 
-class StandIn:
+class StandIn(LoopbackServer):
     def __init__(self, run_polls: int = 2):
         self.run_polls = run_polls
         self.hold = False
@@ -51,22 +53,9 @@ class StandIn:
         self.jobs: Dict[str, Dict[str, Any]] = {}
         self._polls: Dict[str, int] = {}
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._serve(self._handler(), name="finetune-standin")
 
     # ---------------------------------------------------------------- lifecycle
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "StandIn":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
     def count(self, method: str, path_prefix: str) -> int:
         return sum(1 for r in self.requests if r["method"] == method and r["path"].startswith(path_prefix))
 

@@ -16,7 +16,7 @@ it with HTTP 400). It answers instantly and deterministically, and counts what i
         api.logprob_requests    # chat requests that asked for logprobs
 
 Command line (for trying the tool's handling by hand):
-    python tests/openai_standin.py --refuse-logprobs --port 8124
+    python -m tests.openai_standin --refuse-logprobs --port 8124
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ import math
 import random
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List, Tuple
+
+from tests.loopback import LoopbackServer
 
 MODEL = "standin-model"
 SUMMARY = "The article reports a short event in a town."
@@ -50,7 +52,7 @@ def _usage(completion_tokens: int) -> Dict[str, int]:
     return {"prompt_tokens": 10, "completion_tokens": completion_tokens, "total_tokens": 10 + completion_tokens}
 
 
-class StandIn:
+class StandIn(LoopbackServer):
     def __init__(self, refuse_logprobs: bool = False, completions: str = "refuse", port: int = 0):
         if completions not in ("refuse", "ignore", "generated_only", "missing"):
             raise ValueError(completions)
@@ -61,21 +63,7 @@ class StandIn:
         self.auth_headers: List[str] = []
         self._draws = 0
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="openai-standin", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "StandIn":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(self._handler(), port, "openai-standin")
 
     # ------------------------------------------------------------------ answers
     def chat(self, body: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:

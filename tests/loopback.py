@@ -1,0 +1,29 @@
+"""A loopback HTTP server in a daemon thread, as a context manager: the base of the tests' stand-ins for
+OpenAI's API (chat, files, batches, fine-tuning). Only ever bound to 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Type
+
+
+class LoopbackServer:
+    """Subclasses call `_serve(handler_class)` at the end of their __init__; `with` starts and stops it."""
+
+    def _serve(self, handler: Type[BaseHTTPRequestHandler], port: int = 0, name: str = "loopback") -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
