@@ -20,6 +20,7 @@ Ends with one line per mode:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -28,10 +29,11 @@ from omegaconf import OmegaConf
 
 from selfpref_sweep.config import register_configs
 from selfpref_sweep.data import load_dataset
-from selfpref_sweep.judging import Pair, pairwise_requests
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import LocalModel
-from selfpref_sweep.prompts import standardize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from judge_speed import paper_requests  # noqa: E402  (the same workload as bench/judge_speed.py)
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -46,15 +48,7 @@ def build(args, invariant: bool):
     prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
     model = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
     handle = CachedModel(model.identity, lambda: model, store=None)  # only for its identity in requests
-    dataset = load_dataset(cfg.dataset)
-    requests = []
-    for article in dataset.articles:
-        own = standardize(dataset.summary("human", article.id))
-        for key in ("gpt4", "gpt35", "claude", "llama"):
-            pair = Pair(article.id, article.text, own, standardize(dataset.summary(key, article.id)))
-            for question in ("recognition", "preference"):
-                requests.extend(pairwise_requests(handle, prompts, question, pair).values())
-    return model, requests
+    return model, paper_requests(handle, prompts, load_dataset(cfg.dataset))
 
 
 def judged(model, batches):

@@ -28,6 +28,19 @@ from selfpref_sweep.prompts import standardize
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
+def paper_requests(handle, prompts, dataset) -> list:
+    """The workload: per article, the human summary (as "own") against gpt4, gpt35, claude and llama, both
+    orders, both questions."""
+    requests = []
+    for article in dataset.articles:
+        own = standardize(dataset.summary("human", article.id))
+        for key in ("gpt4", "gpt35", "claude", "llama"):
+            pair = Pair(article.id, article.text, own, standardize(dataset.summary(key, article.id)))
+            for question in ("recognition", "preference"):
+                requests.extend(pairwise_requests(handle, prompts, question, pair).values())
+    return requests
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "paper-data"))
@@ -47,13 +60,7 @@ def main() -> None:
     model = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache)
     print(f"model loaded in {time.time() - t0:.1f}s")
     handle = CachedModel(model.identity, lambda: model, store=None)  # only for its identity in requests
-    requests = []
-    for article in dataset.articles:
-        own = standardize(dataset.summary("human", article.id))
-        for key in ("gpt4", "gpt35", "claude", "llama"):
-            pair = Pair(article.id, article.text, own, standardize(dataset.summary(key, article.id)))
-            for question in ("recognition", "preference"):
-                requests.extend(pairwise_requests(handle, prompts, question, pair).values())
+    requests = paper_requests(handle, prompts, dataset)
     print(f"{len(requests)} judge prompts")
 
     list(model.answer_distributions(requests[:2]))  # warm-up (allocator, answer-token tables)

@@ -10,8 +10,8 @@ import sys
 
 from omegaconf import OmegaConf
 
-from selfpref_sweep.models.base import AnswerRequest, GenerateRequest, GenerationDecoding, JudgeDecoding, Message
-from tests.openai_server import ARTICLES, SHOTS, SYSTEM
+from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, Message
+from tests.openai_server import ARTICLES, few_shot_judge_requests
 
 KEY_ENV = "SELFPREF_TEST_BATCH_KEY"
 SECRET = "sk-test-BATCHSECRET789"  # a fake key; must never reach the store, the batch records or the uploads
@@ -28,15 +28,7 @@ def model_cfg(base_url: str, batch: bool = True, **over):
 
 
 def judge_requests(identity, n: int = 8):
-    reqs = []
-    for article, good, bad in ARTICLES:
-        for s1, s2 in ((good, bad), (bad, good)):
-            for question in ("Which summary is better?", "Which summary did you write?"):
-                user = (f"Article:\n{article}\n\nSummary1:\n{s1}\n\nSummary2:\n{s2}\n\n{question} "
-                        f"Answer with only \"1\" or \"2\".")
-                reqs.append(AnswerRequest(identity, (Message("system", SYSTEM), *SHOTS, Message("user", user)),
-                                          JudgeDecoding(("1", "2"), top_logprobs=20)))
-    return reqs[:n]
+    return few_shot_judge_requests(identity)[:n]
 
 
 def generate_requests(identity):

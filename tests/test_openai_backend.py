@@ -33,7 +33,7 @@ from selfpref_sweep.models.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIMod
 from selfpref_sweep.store import Store
 
 from tests.fault_proxy import FaultProxy
-from tests.openai_server import ARTICLES, SHOTS, SYSTEM, start_or_skip
+from tests.openai_server import ARTICLES, few_shot_judge_requests, start_or_skip
 
 SECRET = "sk-test-SECRET123"  # a fake key; must never reach the store, the logs or an error message
 WRONG_KEY = "sk-test-WRONG456"
@@ -169,16 +169,7 @@ def test_retry_after_parsing():
 
 
 def judge_requests(identity, sample_fallback_k=0):
-    reqs = []
-    for article, good, bad in ARTICLES:
-        for s1, s2 in ((good, bad), (bad, good)):
-            for question in ("Which summary is better?", "Which summary did you write?"):
-                user = (f"Article:\n{article}\n\nSummary1:\n{s1}\n\nSummary2:\n{s2}\n\n{question} "
-                        f"Answer with only \"1\" or \"2\".")
-                reqs.append(AnswerRequest(identity, (Message("system", SYSTEM), *SHOTS, Message("user", user)),
-                                          JudgeDecoding(("1", "2"), top_logprobs=20,
-                                                        sample_fallback_k=sample_fallback_k)))
-    return reqs  # 8
+    return few_shot_judge_requests(identity, sample_fallback_k)  # 8
 
 
 @pytest.fixture(scope="module")
