@@ -297,9 +297,7 @@ class LocalModel(ModelAPI):
         """The KV cache a batch decodes on: batch-invariant, its one prompt's cache up to its last chunk
         boundary (generate() runs the rest); else each prompt but its last token, left-padded to the batch."""
         if self.chunk:
-            prompt = batch[0][1]
-            start = self._boundary(len(prompt))
-            return self._chunked_cache(prompt[:start]) if start else None
+            return self._boundary_cache(batch[0][1])[1]
         if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
             return _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
         return None
@@ -347,16 +345,18 @@ class LocalModel(ModelAPI):
                                  ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
         """Each prompt alone on its chunk-boundary cache: its numbers depend on its own tokens only."""
         for ids, req in zip(prompts, requests):
-            start = self._boundary(len(ids))
-            hidden, own_cache = self._forward_last([ids[start:]], self._chunked_cache(ids[:start]))
+            start, cache = self._boundary_cache(ids)
+            hidden, own_cache = self._forward_last([ids[start:]], cache)
             self.tokens_computed += len(ids) - start
             self.tokens_requested += len(ids)
             yield req, self._distributions(hidden, own_cache, [len(ids)], [req])[0]
 
     # --------------------------------------------------------- batch-invariant computation
-    def _boundary(self, n_tokens: int) -> int:
-        """The last chunk boundary before a prompt's last token (whose position's output is read)."""
-        return (n_tokens - 1) // self.chunk * self.chunk
+    def _boundary_cache(self, prompt: List[int]) -> Tuple[int, object]:
+        """The last chunk boundary before the prompt's last token (whose position's output is read), and the
+        KV cache of the prompt up to it (None at 0): the rest of the prompt runs as one forward of its own."""
+        start = (len(prompt) - 1) // self.chunk * self.chunk
+        return start, self._chunked_cache(prompt[:start])
 
     def _chunked_cache(self, tokens: List[int]):
         """The KV cache of `tokens` (whole chunks; None for none), built chunk by chunk from position 0, each
@@ -364,13 +364,9 @@ class LocalModel(ModelAPI):
         only kind of entry read back, so the same tokens always give the same tensors, whatever was computed
         before. (Without prefix reuse every chunk is recomputed, in the same shapes.)"""
         n, cache = self.prefix_lru.longest(tokens) if self.prefix_reuse and tokens else (0, None)
-        torch = self.torch
         for start in range(n, len(tokens), self.chunk):
             end = start + self.chunk
-            with torch.inference_mode():
-                out = self.model.get_decoder()(input_ids=torch.tensor([tokens[start:end]], device=self.device),
-                                               **self._kv(cache), use_cache=True)
-            cache = _returned_cache(out)
+            cache = self._run_into_cache(tokens[start:end], cache)
             self.tokens_computed += end - start
             if self.prefix_reuse:
                 self.prefix_lru.put(tokens[:end], cache)
@@ -408,8 +404,8 @@ class LocalModel(ModelAPI):
         each prompt from scratch)."""
         if self.chunk:
             for i, prompt in enumerate(prompts):
-                start = self._boundary(len(prompt))
-                yield Score([i], start), self._chunked_cache(prompt[:start])
+                start, cache = self._boundary_cache(prompt)
+                yield Score([i], start), cache
             return
         steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
                  else [Score([i], 0) for i in range(len(prompts))])
@@ -468,13 +464,17 @@ class LocalModel(ModelAPI):
             picked = logp[torch.arange(len(tokens)), torch.tensor(tokens, device=logp.device)]
             return float(picked.sum())
 
-    def _extend(self, ids: List[int], cache):
+    def _run_into_cache(self, ids: List[int], cache):
+        """The cache after running one row of tokens on it (a forward of exactly these tokens)."""
         torch = self.torch
         with torch.inference_mode():
             out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), **self._kv(cache),
                                            use_cache=True)
-        extended = _returned_cache(out)
-        if not _croppable(extended):
+        return _returned_cache(out)
+
+    def _extend(self, ids: List[int], cache):
+        extended = self._run_into_cache(ids, cache)
+        if not _croppable(extended):  # the schedule crops caches back to shared prefixes
             raise ModelUnavailableError(f"{self.cfg.name}: its KV cache cannot be cropped (sliding-window "
                                         f"layers); set prefix_reuse: false for this model.")
         return extended
