@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, SettingName
+from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
 from .data import Article, Dataset
 from .judging import ItemRequests, pairwise_requests
 from .measurements import CI_FIELDS, Measurement, Stage, numbers
@@ -43,22 +43,19 @@ class CompetenceControl:
         return sum(len(slots) for item in self.items for slots in item.by_question.values())
 
 
-def competence_enabled(cfg: JudgeConfig, judge_backend) -> Tuple[bool, str]:
+def competence_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, str]:
     """(on?, why): judge.competence, with auto on where the judge's calls cost nothing (the backend contract's
-    costs_money: a local judge, or a server its model config marks `free: true`) and off where they may cost.
-    `judge_backend` is the judge's model config, or only its backend's name (then that backend's answer for a
-    config with no settings of its own, e.g. not marked free)."""
-    from .config import ModelConfig
+    costs_money for the judge's model config: a local judge, or a server its config marks `free: true`) and off
+    where they may cost."""
     from .models import backend_class
 
     mode = CompetenceMode(cfg.competence)
     if mode != CompetenceMode.auto:
         return mode == CompetenceMode.on, f"judge.competence={mode.value}"
-    model = (ModelConfig(name=str(judge_backend), backend=str(judge_backend)) if isinstance(judge_backend, str)
-             else judge_backend)
-    if not backend_class(model.backend).costs_money(model):
-        return True, f"judge.competence=auto, {model.backend} judge {model.name!r} whose calls cost nothing"
-    return False, (f"judge.competence=auto is off for the {model.backend} judge {model.name!r}, whose calls may cost; "
+    where = f"{judge_cfg.backend} judge {judge_cfg.name!r}"
+    if not backend_class(judge_cfg.backend).costs_money(judge_cfg):
+        return True, f"judge.competence=auto, {where} whose calls cost nothing"
+    return False, (f"judge.competence=auto is off for the {where}, whose calls may cost; "
                    f"judge.competence=on turns it on (judge.competence_sample=N caps its articles)")
 
 
@@ -84,12 +81,12 @@ def derangement(ids: Sequence[str], seed: Any) -> Dict[str, str]:
     return {ids[i]: ids[order[i]] for i in range(len(ids))} if len(ids) > 1 else {}
 
 
-def competence_requests(judge, cfg: JudgeConfig, judge_backend, prompts: Mapping, pairs: Sequence[Pair],
-                        summaries: SummarySet, seed: int) -> CompetenceControl:
+def competence_requests(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping,
+                        pairs: Sequence[Pair], summaries: SummarySet, seed: int) -> CompetenceControl:
     """The control's requests over the cell's judged articles (at most `competence_sample` of them, seeded).
     `judge` is the model that judges the cell (a fine-tuned one when the cell fine-tunes), or plan mode's
-    stand-in; `judge_backend` its model config (or only its backend's name), as competence_enabled takes it."""
-    enabled, reason = competence_enabled(cfg, judge_backend)
+    stand-in; `judge_cfg` its model config."""
+    enabled, reason = competence_enabled(cfg, judge_cfg)
     if not enabled:
         return CompetenceControl(False, reason)
     control = CompetenceControl(True, reason, summaries.source)

@@ -7,7 +7,7 @@ import pytest
 from selfpref_sweep.cell import run_cell
 from selfpref_sweep.competence import (IDENTICAL_SUMMARIES, NO_DISTRACTOR, competence_enabled, competence_requests,
                                        derangement)
-from selfpref_sweep.config import JudgeConfig
+from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.judging import BACKWARD, FORWARD
 from selfpref_sweep.pairs import Pair
@@ -47,8 +47,11 @@ def test_derangement_moves_every_article_and_is_seeded():
 @pytest.mark.parametrize("mode,backend,on", [("auto", "local", True), ("auto", "openai", False),
                                              ("auto", "fake", False), ("on", "openai", True), ("off", "local", False)])
 def test_auto_is_on_for_local_judges_only(mode, backend, on):
-    enabled, why = competence_enabled(JudgeConfig(competence=mode), backend)
+    enabled, why = competence_enabled(JudgeConfig(competence=mode), ModelConfig(name=backend, backend=backend))
     assert enabled is on and mode in why
+
+
+FAKE_JUDGE = ModelConfig(name="fake", backend="fake")
 
 
 class _Judge:
@@ -67,7 +70,7 @@ def test_requests_put_the_true_summary_in_the_own_slot_in_both_orders():
     prompts = yaml.safe_load((CONF / "prompts" / "paper.yaml").read_text())
     pairs = [Pair(f"a{i}", f"ARTICLE {i}", f"own {i}", f"other {i}") for i in range(4)]
     texts = {"a0": "S0", "a1": "S1", "a2": "S2", "a3": "S2"}  # a2 and a3 have the same summary text
-    control = competence_requests(_Judge(), JudgeConfig(competence="on"), "fake", prompts, pairs,
+    control = competence_requests(_Judge(), JudgeConfig(competence="on"), FAKE_JUDGE, prompts, pairs,
                                   SummarySet("human", texts), seed=0)
     assert control.enabled and control.summaries == "human"
     for item in control.items:
@@ -81,7 +84,7 @@ def test_requests_put_the_true_summary_in_the_own_slot_in_both_orders():
     same = {aid for aid, d in derangement([p.article_id for p in pairs], 0).items() if texts[aid] == texts[d]}
     assert {a: r for a, r in control.excluded.items()} == dict.fromkeys(same, IDENTICAL_SUMMARIES)
     assert control.n_requests == 2 * (4 - len(same))
-    lone = competence_requests(_Judge(), JudgeConfig(competence="on"), "fake", prompts, pairs[:1],
+    lone = competence_requests(_Judge(), JudgeConfig(competence="on"), FAKE_JUDGE, prompts, pairs[:1],
                                SummarySet("human", texts), seed=0)
     assert lone.excluded == {"a0": NO_DISTRACTOR} and not lone.items
 

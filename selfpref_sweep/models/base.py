@@ -248,8 +248,7 @@ class ModelAPI(ABC):
       costs_money(cfg)               whether its calls cost money (judge.competence=auto is on where not);
       top_logprobs(cfg)              how many top logprobs a judging call returns (None: the whole distribution);
       sends_batches(cfg)             whether its uncached calls go as batches (plan mode's price factor);
-      offers_sequence_logprobs(cfg)  whether it can score a given text (familiarity), and
-      sequence_logprobs_support(cfg) the same with the reason (how it was decided);
+      sequence_logprobs_support(cfg) whether it can score a given text (familiarity), and why;
       preflight_problems(cfg, model_cache)  (kind, message) of what would make its calls fail, found without
                                      loading it or calling it for real (plan mode);
       poolable                       whether a built instance is worth keeping between cells (models/pool.py).
@@ -304,18 +303,13 @@ class ModelAPI(ABC):
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
                           ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
         """Optional: the log-likelihood of each request's continuation. Backends that cannot score a given
-        text (chat APIs give logprobs of generated tokens only) leave it out; see offers_sequence_logprobs."""
+        text (chat APIs give logprobs of generated tokens only) leave it out; see sequence_logprobs_support."""
         raise NotImplementedError(f"{type(self).__name__} does not score given text")
 
     @classmethod
-    def offers_sequence_logprobs(cls, cfg=None) -> bool:
-        """Whether this model can score given text: by default, whether the backend implements
-        sequence_logprobs; a backend whose answer depends on the config (a server) says so per cfg."""
-        return cls.sequence_logprobs_support(cfg)[0]
-
-    @classmethod
     def sequence_logprobs_support(cls, cfg) -> Tuple[bool, str]:
-        """(can it score given text?, why): the reason names how that was decided."""
+        """(can it score given text?, why): by default, whether the backend implements sequence_logprobs; a
+        backend whose answer depends on the config (a server) decides per cfg. The reason names how."""
         if cls.sequence_logprobs is not ModelAPI.sequence_logprobs:
             return True, SCORES_GIVEN_TEXT
         return False, "its backend cannot score given text"
