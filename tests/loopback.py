@@ -3,9 +3,10 @@ OpenAI's API (chat, files, batches, fine-tuning). Only ever bound to 127.0.0.1."
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Type
+from typing import Any, Dict, Optional, Type
 
 
 class LoopbackServer:
@@ -27,3 +28,25 @@ class LoopbackServer:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet request handler that answers JSON (or raw bytes), and OpenAI-style errors."""
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _send(self, code: int, obj: Any, raw: Optional[bytes] = None,
+              headers: Optional[Dict[str, str]] = None) -> None:
+        body = raw if raw is not None else json.dumps(obj).encode()
+        self.send_response(code)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, code: int, message: str) -> None:
+        self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": None,
+                                    "param": None}})

@@ -36,11 +36,10 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List, Optional
 from urllib.parse import parse_qsl, urlparse
 
-from tests.loopback import LoopbackServer
+from tests.loopback import JsonHandler, LoopbackServer
 
 
 class BatchStandIn(LoopbackServer):
@@ -179,22 +178,7 @@ class BatchStandIn(LoopbackServer):
     def _handler(self):
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, code: int, obj: Any, raw: Optional[bytes] = None) -> None:
-                body = raw if raw is not None else json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/octet-stream" if raw is not None else "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _error(self, code: int, message: str) -> None:
-                self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": None,
-                                            "param": None}})
-
+        class Handler(JsonHandler):
             def _record(self) -> str:
                 path = urlparse(self.path).path
                 with standin._lock:

@@ -30,11 +30,10 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List
 from urllib.parse import parse_qsl, urlparse
 
-from tests.loopback import LoopbackServer
+from tests.loopback import JsonHandler, LoopbackServer
 
 STAGES = ("validating_files", "queued", "running")
 
@@ -94,22 +93,7 @@ class StandIn(LoopbackServer):
     def _handler(self):
         standin = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, code: int, obj: Any) -> None:
-                body = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def _error(self, code: int, message: str) -> None:
-                self._send(code, {"error": {"message": message, "type": "invalid_request_error", "code": None,
-                                            "param": None}})
-
+        class Handler(JsonHandler):
             def _rate_limited(self) -> bool:
                 """Answer 429 (and drain the request body) while `rate_limit_next` lasts."""
                 with standin._lock:
@@ -120,14 +104,9 @@ class StandIn(LoopbackServer):
                     standin.requests.append({"method": self.command, "path": urlparse(self.path).path,
                                              "rate_limited": True})
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                body = json.dumps({"error": {"message": "Rate limit reached (stand-in)", "type": "requests",
-                                             "code": "rate_limit_exceeded", "param": None}}).encode()
-                self.send_response(429)
-                self.send_header("Retry-After", standin.retry_after)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self._send(429, {"error": {"message": "Rate limit reached (stand-in)", "type": "requests",
+                                           "code": "rate_limit_exceeded", "param": None}},
+                           headers={"Retry-After": standin.retry_after})
                 return True
 
             def _record(self, body: Any) -> Dict[str, Any]:

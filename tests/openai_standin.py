@@ -27,10 +27,9 @@ import math
 import random
 import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Dict, List, Tuple
 
-from tests.loopback import LoopbackServer
+from tests.loopback import JsonHandler, LoopbackServer
 
 MODEL = "standin-model"
 SUMMARY = "The article reports a short event in a town."
@@ -105,19 +104,8 @@ class StandIn(LoopbackServer):
     def _handler(self):
         api = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(JsonHandler):
             protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:  # quiet
-                pass
-
-            def _send(self, status: int, payload: Dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
             def do_GET(self) -> None:  # noqa: N802
                 self._send(200, {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "me"}]})
