@@ -14,11 +14,12 @@ To add one, write a subclass in its own module, add one line to `MEASUREMENTS`, 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .registry import resolve
 
@@ -112,13 +113,20 @@ def measurement(name: str) -> Measurement:
 
 
 def registered() -> List[Measurement]:
-    """Every registered measurement, built-ins first, then those added through the environment."""
+    """Every registered measurement, built-ins first, then those added through the environment. Resolved once
+    per value of the environment variable (the cell's records and the readers ask per item); measurements keep
+    their per-cell state in their Stage, so one instance serves every cell."""
+    return list(_registered(os.environ.get(ENV_VAR, "")))
+
+
+@functools.lru_cache(maxsize=8)
+def _registered(added: str) -> Tuple[Measurement, ...]:
     names = list(MEASUREMENTS)
-    for entry in filter(None, os.environ.get(ENV_VAR, "").split(",")):
+    for entry in filter(None, added.split(",")):
         key = entry.partition("=")[0].strip()
         if key not in names:
             names.append(key)
-    return [measurement(n) for n in names]
+    return tuple(measurement(n) for n in names)
 
 
 def settings(judge_cfg: Any, name: str) -> Any:
