@@ -1,11 +1,19 @@
-"""The judge-competence control: a positive control for the judge of a cell.
+"""The judge-competence control: a positive control for the judge of a cell, asked in the cell's setting.
 
-"Which summary is of this article?": each article's summary against another article's summary from the
-same source (a derangement seeded by the cell's seed), in both orders. The requests are built by the
-pairwise request builder and scored by the pairwise scoring of the cell's own questions, with the
-article's true summary in the "own" slot, so `p_own` and the score are P(correct). They go to the judge
-in the same batch as the cell's judge requests. A judge that fails this cannot compare summaries with an
-article at all, so a null self-recognition or self-preference result of its cell says nothing.
+Pairwise cells: "which summary is of this article?", each article's summary against another article's summary
+from the same source (a derangement seeded by the cell's seed), in both orders, built by the pairwise request
+builder and scored as the cell's pairwise questions, with the article's true summary in the "own" slot, so
+`p_own` and the score are P(correct). Individual cells: "is this a summary of this article?" (Yes/No), asked of
+the article's own summary and of the other article's, scored as individual recognition (own = the true
+summary: score P(Yes | true) / (P(Yes | true) + P(Yes | other)), log-odds log of that ratio). The requests go to
+the judge in the same batch as the cell's judge requests.
+
+The pass rule is read on the log-odds scale, the content signal beyond any position bias (scoring.pair_logodds:
+a judge with position bias 3 and content signal 1 scores 0.55 on the paper's scale, log-odds 1): the mean
+log-odds must reach judge.competence_threshold, its article-clustered CI must lie above 0, and at most
+judge.competence_max_excluded of the control's sampled articles may be excluded. A judge that fails cannot
+tell an article's summary from another's, so a null self-recognition or self-preference result of its cell
+says nothing.
 """
 
 from __future__ import annotations
@@ -16,15 +24,20 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
 from .data import Article, Dataset
-from .judging import ItemRequests, pairwise_requests
-from .measurements import CI_FIELDS, Measurement, Stage, numbers
+from .judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
+from .measurements import CI_FIELDS, Measurement, Stage, block as sub_block, number, numbers
+from .models.base import AnswerRequest
 from .pairs import Pair
-from .scoring import judge_passed, score_items, summarize_question, unjudged
+from .scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
 from .summaries import HUMAN, SummarySet, dataset_summaries
 
-QUESTION = "competence"  # prompts.pairwise.competence, and the verdict's key in results.jsonl
+QUESTION = "competence"  # prompts.pairwise.competence / prompts.individual.competence, and the verdict's key
 NO_DISTRACTOR = "no_distractor"  # fewer than two articles with a summary: no other article to pair with
 IDENTICAL_SUMMARIES = "identical_summaries"  # the two articles' summaries are the same text: no right answer
+# individual_reading reads a Yes/No question as P(first answer, "Yes") renormalized under this question's name.
+YES_NO_READING = "recognition"
+QUESTION_TEXT = {SettingName.pairwise.value: "which summary is of this article?",
+                 SettingName.individual.value: "is this a summary of this article?"}
 
 
 @dataclass
@@ -37,6 +50,7 @@ class CompetenceControl:
     items: List[ItemRequests] = field(default_factory=list)
     distractors: Dict[str, str] = field(default_factory=dict)  # article id -> the other article's id
     excluded: Dict[str, str] = field(default_factory=dict)  # sampled article id -> why it has no question
+    setting: SettingName = SettingName.pairwise  # the cell's setting, which the question follows
 
     @property
     def n_requests(self) -> int:
@@ -81,24 +95,37 @@ def derangement(ids: Sequence[str], seed: Any) -> Dict[str, str]:
     return {ids[i]: ids[order[i]] for i in range(len(ids))} if len(ids) > 1 else {}
 
 
+def sampled_pairs(pairs: Sequence[Pair], cfg: JudgeConfig, seed: int) -> List[Pair]:
+    """The cell's pairs the control asks about: at most judge.competence_sample of them (seeded), else all."""
+    n = int(cfg.competence_sample)
+    if not 0 < n < len(pairs):
+        return list(pairs)
+    keep = set(random.Random(f"{seed}:competence-sample").sample([p.article_id for p in pairs], n))
+    return [p for p in pairs if p.article_id in keep]
+
+
+def question_requests(judge, prompts: Mapping, setting: SettingName, question: Pair) -> Dict[str, AnswerRequest]:
+    """One article's control requests, the true summary in `question.own` and the other article's in
+    `question.other`: both orders of the pair (pairwise), or each summary alone (individual)."""
+    if SettingName(setting) == SettingName.individual:
+        return {OWN: individual_request(judge, prompts, QUESTION, question.article, question.own),
+                OTHER: individual_request(judge, prompts, QUESTION, question.article, question.other)}
+    return pairwise_requests(judge, prompts, QUESTION, question)
+
+
 def competence_requests(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping,
-                        pairs: Sequence[Pair], summaries: SummarySet, seed: int) -> CompetenceControl:
+                        pairs: Sequence[Pair], summaries: SummarySet, seed: int,
+                        setting: SettingName = SettingName.pairwise) -> CompetenceControl:
     """The control's requests over the cell's judged articles (at most `competence_sample` of them, seeded).
     `judge` is the model that judges the cell (a fine-tuned one when the cell fine-tunes), or plan mode's
-    stand-in; `judge_cfg` its model config."""
+    stand-in; `judge_cfg` its model config; `setting` the cell's, which picks the question."""
     enabled, reason = competence_enabled(cfg, judge_cfg)
     if not enabled:
-        return CompetenceControl(False, reason)
-    control = CompetenceControl(True, reason, summaries.source)
+        return CompetenceControl(False, reason, setting=SettingName(setting))
+    control = CompetenceControl(True, reason, summaries.source, setting=SettingName(setting))
     texts = summaries.texts
-    pool = [p.article_id for p in pairs if texts.get(p.article_id)]
-    distractor_of = derangement(pool, seed)
-    sampled = list(pairs)
-    n = int(cfg.competence_sample)
-    if 0 < n < len(sampled):
-        keep = set(random.Random(f"{seed}:competence-sample").sample([p.article_id for p in sampled], n))
-        sampled = [p for p in sampled if p.article_id in keep]
-    for p in sampled:
+    distractor_of = derangement([p.article_id for p in pairs if texts.get(p.article_id)], seed)
+    for p in sampled_pairs(pairs, cfg, seed):
         aid = p.article_id
         if not texts.get(aid):
             control.excluded[aid] = f"{summaries.problems.get(aid) or 'missing_summary'}:{summaries.source}"
@@ -109,55 +136,80 @@ def competence_requests(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts
         else:
             control.distractors[aid] = distractor_of[aid]
             question = Pair(aid, p.article, texts[aid], texts[distractor_of[aid]])  # the true one in "own"
-            control.items.append(ItemRequests(aid, {QUESTION: pairwise_requests(judge, prompts, QUESTION, question)}))
+            control.items.append(ItemRequests(aid, {QUESTION: question_requests(judge, prompts, setting, question)}))
     return control
 
 
+def control_verdicts(control: CompetenceControl, dists: Mapping, min_mass: float) -> List[dict]:
+    """The record form of each asked article's verdict, in control.items' order: pairwise as the cell's pairwise
+    questions; individual as individual recognition, P(Yes) of the true summary in "own"."""
+    if control.setting != SettingName.individual:
+        return [scored[QUESTION] for scored in score_items(control.items, dists, SettingName.pairwise, min_mass)]
+    out = []
+    for item in control.items:
+        own, other = (individual_reading(dists[req], YES_NO_READING, req.answers)
+                      for req in (item.by_question[QUESTION][OWN], item.by_question[QUESTION][OTHER]))
+        out.append(individual_verdict(own, other, min_mass).to_json())
+    return out
+
+
 def score_competence(control: CompetenceControl, dists: Mapping, min_mass: float) -> Dict[str, dict]:
-    """article id -> the control's verdict: a pairwise verdict whose score is mean P(correct) over the two
-    orders, with the distractor article; excluded articles keep their reason."""
+    """article id -> the control's verdict, with the distractor article; excluded articles keep their reason.
+    The name of the summaries shown goes under "summaries" in a pairwise verdict (as it always has) and under
+    "summary_source" in an individual one, whose "summaries" holds its two readings."""
     verdicts = {aid: unjudged(why) for aid, why in control.excluded.items()}
-    for item, scored in zip(control.items, score_items(control.items, dists, SettingName.pairwise, min_mass)):
-        verdicts[item.article_id] = {**scored[QUESTION], "distractor_article_id": control.distractors[item.article_id]}
+    for item, verdict in zip(control.items, control_verdicts(control, dists, min_mass)):
+        verdicts[item.article_id] = {**verdict, "distractor_article_id": control.distractors[item.article_id]}
+    name_key = "summary_source" if control.setting == SettingName.individual else "summaries"
     for verdict in verdicts.values():
-        verdict["summaries"] = control.summaries
+        verdict[name_key] = control.summaries
     return verdicts
 
 
 def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict], cfg: JudgeConfig,
                          n_resamples: int, confidence: float, seed: int) -> Dict[str, Any]:
-    """summary.json's judge_competence: mean P(correct) with its article-level CI, and whether the judge
-    passed (mean >= threshold and the CI above 0.5; null when too few articles to tell)."""
+    """summary.json's judge_competence (competence_block), with the calls it made and the summaries it showed.
+    ``n_resamples`` and ``seed`` no longer change the CIs (t intervals over articles)."""
     if not control.enabled:
         return {"enabled": False, "reason": control.reason}
     rows = [{"article_id": aid, QUESTION: v} for aid, v in verdicts.items()]
-    stats = summarize_question(rows, QUESTION, n_resamples, confidence, seed)
-    threshold = float(cfg.competence_threshold)
-    return {"enabled": True, **stats, "threshold": threshold, "passed": judge_passed(stats, threshold),
-            "calls_sampled": control.n_requests, "summaries": control.summaries}
+    block = competence_block(rows, QUESTION, control.setting, cfg.competence_threshold, cfg.competence_max_excluded,
+                             confidence)
+    return {**block, "calls_sampled": control.n_requests, "summaries": control.summaries}
+
+
+def _ci_text(mean: Any, low: Any, high: Any) -> str:
+    ci = "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+    return f"{mean:.3f}{ci}"
 
 
 def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
-    """The control's line in the printed cell result."""
+    """The control's line in the printed cell result (an older block, without log-odds, on the paper's scale)."""
     if not block:
         return None
     if not block.get("enabled"):
         return f"  judge competence  off ({block.get('reason')})"
     if block.get("mean") is None:
         return f"  judge competence  n/a (no scored articles; excluded {block['n_excluded']} {block['exclusions']})"
-    ci = "" if block.get("ci_low") is None else f"  95% CI [{block['ci_low']:.3f}, {block['ci_high']:.3f}]"
-    head = f"  judge competence  {block['mean']:.3f}{ci}  (n={block['n']}, excluded {block['n_excluded']})"
+    logodds = block.get("logodds") or {}
+    paper = f"P(correct) {_ci_text(block['mean'], block.get('ci_low'), block.get('ci_high'))}"
+    scores = (f"log-odds {_ci_text(logodds['mean'], logodds.get('ci_low'), logodds.get('ci_high'))}, {paper}"
+              if logodds.get("mean") is not None else paper)
+    setting = block.get("setting") or SettingName.pairwise.value
+    question = QUESTION_TEXT.get(setting, QUESTION_TEXT[SettingName.pairwise.value])
+    head = f"  judge competence  {scores}  ({setting}, n={block['n']}, excluded {block['n_excluded']})"
     if block["passed"] is None:
         return f"{head}: too few articles to tell whether the judge can do this task"
     if block["passed"]:
-        return f"{head}: the judge can tell which summary is of the article"
-    return (f"{head}\n  warning: the judge could not do this task (which summary is of the article?, threshold "
-            f"{block['threshold']:g}); a null here is uninformative")
+        return f"{head}: the judge can tell ({question})"
+    why = "; ".join(block.get("failed_because") or [f"threshold {block['threshold']:g}"])
+    return (f"{head}\n  warning: the judge could not do this task ({question} {why}); "
+            f"a null here is uninformative")
 
 
 class CompetenceMeasurement(Measurement):
     """The control as a measurement plug-in: its requests join the cell's judge batch; per item its verdict
-    (P(correct) per order), in summary.json its pass/fail block."""
+    (P(correct) per order, or P(Yes) per summary), in summary.json its pass/fail block."""
 
     name = QUESTION
     item_key = QUESTION
@@ -165,14 +217,15 @@ class CompetenceMeasurement(Measurement):
     prefix = "jc"
     omit_missing = True  # only sampled articles get the control
     cell_column_names = ("jc_enabled", "jc_mean", "jc_ci_low", "jc_ci_high", "jc_n", "jc_threshold", "jc_passed",
-                         "jc_reason")
+                         "jc_reason", "jc_logodds_mean", "jc_logodds_ci_low", "jc_logodds_ci_high", "jc_setting",
+                         "jc_excluded_share")
 
     def prepare(self, inputs, judge, judge_cfg) -> Stage:
         spec = inputs.spec
         shown = control_summaries(spec.judge, inputs.own, inputs.other, inputs.dataset, inputs.selection.usable,
                                   spec.summaries)
         control = competence_requests(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs,
-                                      shown, spec.seed)
+                                      shown, spec.seed, spec.setting)
         return Stage(control.enabled, control.reason, control.items, state=(control, shown))
 
     def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
@@ -190,11 +243,16 @@ class CompetenceMeasurement(Measurement):
         return format_competence(block)
 
     def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
-        passed = summary_block.get("passed")
+        """An older block (no log-odds, setting or excluded share) gives NaN / None there; `passed` is read as
+        recorded, whatever rule recorded it."""
+        passed, setting = summary_block.get("passed"), summary_block.get("setting")
         return {"jc_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
                 **numbers(summary_block, "jc", {**CI_FIELDS, "n": "n", "threshold": "threshold"}),
                 "jc_passed": passed if isinstance(passed, bool) else None,
-                "jc_reason": str(summary_block.get("reason") or "")}
+                "jc_reason": str(summary_block.get("reason") or ""),
+                **numbers(sub_block(summary_block, "logodds"), "jc_logodds", CI_FIELDS),
+                "jc_setting": str(setting) if setting else None,
+                "jc_excluded_share": number(summary_block.get("excluded_share"))}
 
     def table_columns(self, record: Any) -> Dict[str, Any]:
         return {"competence_score": (record or {}).get("score")}  # None: no control for this item
@@ -202,10 +260,14 @@ class CompetenceMeasurement(Measurement):
     def view(self, record: Any) -> Optional[Dict[str, Any]]:
         if not isinstance(record, dict):
             return None
-        out: Dict[str, Any] = {"P(correct)": record.get("score")}
+        individual = isinstance(record.get("summaries"), dict)
+        out: Dict[str, Any] = {"P(Yes) true / (true + other)" if individual else "P(correct)": record.get("score")}
         if record.get("excluded"):
             out["excluded"] = record.get("exclusion_reason")
         for name, part in (record.get("orders") or {}).items():
             if isinstance(part, dict):
                 out[f"{name} P(correct)"] = part.get("p_own")
+        for name, part in (record.get("summaries") if individual else {}).items():
+            if isinstance(part, dict):
+                out[f"P(Yes), {'the article' if name == OWN else 'another article'}'s summary"] = part.get("value")
         return out

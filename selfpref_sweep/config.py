@@ -346,11 +346,31 @@ class JudgeConfig:
     competence: CompetenceMode = CompetenceMode.auto
     competence_summaries: CompetenceSummaries = CompetenceSummaries.other
     competence_sample: int = 0  # at most this many articles get the control (seeded); 0 = every judged one
-    # The judge passes when its mean P(correct) is at least this and its CI excludes 0.5.
-    competence_threshold: float = 0.6
+    # The pass rule, read on the log-odds scale (the content signal beyond the judge's position bias): the judge
+    # passes when its mean log-odds of the right answer is at least this, its CI lies above 0, and at most
+    # competence_max_excluded of the control's articles were excluded. 0.405 = logit(0.6).
+    competence_threshold: float = 0.405
+    competence_max_excluded: float = 0.2
     # Familiarity, a rival explanation: the judge's mean token log-likelihood of each summary given the
     # article and the summarization prompt. auto: on where the judge's backend can score text (local).
     familiarity: FamiliarityMode = FamiliarityMode.auto
+    # Cross-model familiarity: the same log-likelihoods scored by a second local model (a model config, e.g.
+    # `+model@judge.familiarity_reference=smollm135`); null: none. The self-specific part is the judge's
+    # own - other difference minus the reference's.
+    familiarity_reference: Optional[Any] = None
+    # Question sensitivity (a placebo question): a third question on the same pairs, both orders, whose right
+    # answer is computable from the text and not about authorship (prompts.pairwise.<placebo_question>).
+    # auto: on where the judge's calls cost nothing, as the competence control.
+    placebo: Switch = Switch.auto
+    placebo_question: str = "length"
+    # Recognition read as a classifier (accuracy per order, AUROC, calibration), from the cell's own
+    # recognition answers: no extra calls, so auto is on.
+    recognition_classifier: Switch = Switch.auto
+    calibration_bins: int = 10
+    # A surface-feature authorship baseline (length, punctuation, lexical features; no model asked):
+    # cross-validated with articles as groups. auto: on where the cell has enough articles for its folds.
+    surface_baseline: Switch = Switch.auto
+    surface_folds: int = 5
     # Settings of measurement plug-ins outside this schema (measurements.py): judge.measurements.<name>.*
     measurements: Dict[str, Any] = field(default_factory=dict)
 

@@ -31,6 +31,9 @@ if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run
 MEASUREMENTS: Dict[str, str] = {
     "competence": "selfpref_sweep.competence:CompetenceMeasurement",
     "familiarity": "selfpref_sweep.familiarity:FamiliarityMeasurement",
+    "placebo": "selfpref_sweep.placebo:PlaceboMeasurement",
+    "recognition_classifier": "selfpref_sweep.recognition_classifier:RecognitionClassifierMeasurement",
+    "surface_baseline": "selfpref_sweep.surface_baseline:SurfaceBaselineMeasurement",
 }
 ENV_VAR = "SELFPREF_MEASUREMENTS"
 
@@ -73,6 +76,11 @@ class Measurement(ABC):
     @abstractmethod
     def summarize(self, stage: Stage, inputs: "CellInputs", n_items: int) -> Dict[str, Any]:
         """summary.json's block."""
+
+    def summarize_items(self, stage: Stage, inputs: "CellInputs", items: Sequence[Any]) -> Dict[str, Any]:
+        """summary.json's block, for a measurement that also reads the cell's own verdicts (`items`: the
+        cell's record.Item list, recognition and preference included); by default `summarize`."""
+        return self.summarize(stage, inputs, len(items))
 
     def n_requests(self, stage: Stage) -> int:
         """The judge calls the stage makes, cached or not (plan mode counts them)."""

@@ -63,7 +63,7 @@ def cell_summary(inputs: CellInputs, items: Sequence[Item], measured: Measured =
     shown = [inputs.own, inputs.other, *(s for m, stage in measured for s in m.shown_summaries(stage))]
     extra: Dict[str, Any] = {}
     for m, stage in measured:
-        extra[m.summary_key] = (m.summarize(stage, inputs, len(items)) if stage.enabled
+        extra[m.summary_key] = (m.summarize_items(stage, inputs, items) if stage.enabled
                                 else {"enabled": False, "reason": stage.reason})
     stats = {q: question_stats(items, q, float(spec.bootstrap.confidence)) for q in spec.questions}
     return summary_record(

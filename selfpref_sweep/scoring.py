@@ -19,7 +19,7 @@ the clip (see order_logit), and each question's summary gives the share of such 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -194,16 +194,46 @@ def summarize_question(items: Iterable[Any], question: str, n_resamples: int, co
     return question_stats(items, question, confidence).to_json()
 
 
-def judge_passed(stats: Mapping[str, Any], threshold: float) -> Optional[bool]:
-    """Whether the judge passed the control: mean P(correct) >= threshold and the CI clear of 0.5; None when
-    there is nothing to tell it by (no scored article, or one article: no interval)."""
-    if stats["mean"] is None:
-        return None
-    if stats["mean"] < threshold:
-        return False
-    if stats["ci_low"] is None:
-        return None  # one article: no interval to tell chance from skill
-    return not (stats["ci_low"] <= 0.5 <= stats["ci_high"])
+def excluded_share(stats: Mapping[str, Any]) -> Optional[float]:
+    """The share of the control's sampled articles that were excluded (None when none was sampled)."""
+    n, excluded = int(stats.get("n") or 0), int(stats.get("n_excluded") or 0)
+    return excluded / (n + excluded) if n + excluded else None
+
+
+def competence_passed(stats: Mapping[str, Any], threshold: float, max_excluded: float
+                      ) -> Tuple[Optional[bool], List[str]]:
+    """(passed, why it failed): passed when the mean log-odds of the right answer is >= threshold, its CI's lower
+    bound > 0 and the excluded share <= max_excluded; None (too few articles to tell: fewer than two sampled, or
+    no interval, and nothing failed)."""
+    logodds = stats.get("logodds") or {}
+    mean, low, share = logodds.get("mean"), logodds.get("ci_low"), excluded_share(stats)
+    if int(stats.get("n") or 0) + int(stats.get("n_excluded") or 0) < 2:
+        return None, []
+    failed = []
+    if share is not None and share > max_excluded:
+        failed.append(f"excluded share {share:.3f} > max_excluded {max_excluded:g}")
+    if mean is not None and mean < threshold:
+        failed.append(f"mean log-odds {mean:.3f} < threshold {threshold:g}")
+    if low is not None and low <= 0:
+        failed.append(f"CI lower bound {low:.3f} not above 0")
+    if failed:
+        return False, failed
+    return (None, []) if mean is None or low is None else (True, [])
+
+
+def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: Any, threshold: float, max_excluded: float,
+                     confidence: float) -> Dict[str, Any]:
+    """summary.json's judge_competence from the control's verdicts (rows: {"article_id", QUESTION: verdict}):
+    both scales' means with their article-level CIs (the paper's as mean/ci_low/ci_high, the log-odds under
+    `logodds`), the excluded share, the pass rule's settings, `passed` and, when it failed, `failed_because`."""
+    stats = question_stats(rows, question, confidence).to_json()
+    passed, failed = competence_passed(stats, float(threshold), float(max_excluded))
+    block = {"enabled": True, "setting": str(getattr(setting, "value", setting)), "scale": "logodds", **stats,
+             "excluded_share": excluded_share(stats), "threshold": float(threshold),
+             "max_excluded": float(max_excluded), "passed": passed}
+    if passed is False:
+        block["failed_because"] = failed
+    return block
 
 
 # ------------------------------------------------------------------------- individual setting

@@ -120,7 +120,10 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ArticlesConfig, "max_tokens"): COUNT,
     (JudgeConfig, "min_answer_mass"): PROBABILITY,
     (JudgeConfig, "competence_sample"): NON_NEGATIVE_INT,
-    (JudgeConfig, "competence_threshold"): PROBABILITY,
+    (JudgeConfig, "competence_threshold"): NON_NEGATIVE,  # log-odds of the right answer
+    (JudgeConfig, "competence_max_excluded"): PROBABILITY,
+    (JudgeConfig, "calibration_bins"): Range(low=2, high=100, integer=True),
+    (JudgeConfig, "surface_folds"): Range(low=2, high=50, integer=True),
     (BootstrapConfig, "n_resamples"): COUNT,
     (BootstrapConfig, "confidence"): OPEN_UNIT,
 }
@@ -242,8 +245,9 @@ def _cross_checks(cfg: DictConfig) -> List[str]:
             problems.append(f"{group}.task={task!r} has no summarization prompt: valid tasks are "
                             f"{', '.join(tasks)}.")
     ok, competence = _value(cfg.judge, "competence") if "judge" in cfg else (False, None)
-    if ok and str(enum_value(competence)) != "off" and "competence" not in (prompts.get("pairwise") or {}):
-        problems.append(f"judge.competence={enum_value(competence)} needs the prompt prompts.pairwise.competence, "
+    # the control asks its question in the cell's setting (competence.py): that setting's prompt
+    if ok and str(enum_value(competence)) != "off" and "competence" not in (prompts.get(setting) or {}):
+        problems.append(f"judge.competence={enum_value(competence)} needs the prompt prompts.{setting}.competence, "
                         f"which prompts={prompts.get('name')} does not have: add it, or set judge.competence=off.")
     problems += _bad_patterns(cfg)
     return problems

@@ -54,20 +54,38 @@ class FakeModel(ModelAPI):
                                           prompt_tokens=len(prompt.split()))
 
 
+class RequestBuilder:
+    """A stand-in judge for building requests without a model: an identity and the judge decoding."""
+
+    identity = "judge"
+
+    @staticmethod
+    def judge_decoding(answers):
+        from selfpref_sweep.models.base import JudgeDecoding
+        return JudgeDecoding(tuple(answers))
+
+
 def _answers_at(req: AnswerRequest, position: int, p: float) -> AnswerDistribution:
     """p on the answer naming `position` (1 or 2), the rest of 0.98 on the other answer."""
     probs = {a: (p if i + 1 == position else 0.98 - p) for i, a in enumerate(req.answers)}
     return AnswerDistribution(probs=probs, method="full_distribution")
 
 
-def _competence_parts(prompt: str):
-    """(article, summary1, summary2) of a competence-control prompt, or None for any other prompt."""
-    if "which summary is a summary of this article" not in prompt:
+def pairwise_parts(prompt: str):
+    """(article, summary1, summary2) of a pairwise prompt, or None for a one-summary prompt."""
+    if "\n\nSummary1:\n" not in prompt:
         return None
     article = prompt.split("Article:\n", 1)[1].split("\n\nSummary1:\n", 1)[0]
     s1 = prompt.split("\n\nSummary1:\n", 1)[1].split("\n\nSummary2:\n", 1)[0]
     s2 = prompt.split("\n\nSummary2:\n", 1)[1].split("\n\nCan you tell me", 1)[0]
     return article, s1, s2
+
+
+def _competence_parts(prompt: str):
+    """(article, summary1, summary2) of a competence-control prompt, or None for any other prompt."""
+    if "which summary is a summary of this article" not in prompt:
+        return None
+    return pairwise_parts(prompt)
 
 
 def _overlap(summary: str, article: str) -> float:
@@ -110,16 +128,17 @@ class FamiliarJudge(FakeModel):
     not, so a summary copied from the article (the fake's own) is likelier than a paraphrase."""
 
     SEQUENCE_CALLS = []  # continuations scored (a cached re-run scores none)
+    P_IN_PROMPT, P_NOT = 0.6, 0.05  # each word's probability: in the prompt, or not
 
     def sequence_logprobs(self, requests):
         import math
 
         for req in requests:
-            FamiliarJudge.SEQUENCE_CALLS.append(req.continuation)
+            type(self).SEQUENCE_CALLS.append(req.continuation)
             prompt = " ".join(m.content for m in req.messages) if req.messages else req.prompt
             vocab = {w.strip(".,:;!?\"'").lower() for w in prompt.split()}
             words = [w.strip(".,:;!?\"'").lower() for w in req.continuation.split()]
-            total = sum(math.log(0.6) if w in vocab else math.log(0.05) for w in words)
+            total = sum(math.log(self.P_IN_PROMPT) if w in vocab else math.log(self.P_NOT) for w in words)
             yield req, SequenceLogprobs(total=total, n_tokens=len(words), prompt_tokens=len(prompt.split()))
 
 

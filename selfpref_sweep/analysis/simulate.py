@@ -43,7 +43,7 @@ from ..models.base import AnswerDistribution
 from ..record import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
                       Verdict, transfer_of)
 from ..results import summary_record
-from ..scoring import LOW_ANSWER_MASS, judge_passed, pair_verdict, question_stats, score_order
+from ..scoring import LOW_ANSWER_MASS, competence_block, pair_verdict, question_stats, score_order
 from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, true_fits
 from .fit import GROUPINGS, fit_formula
 from .load import evaluator_variant
@@ -83,7 +83,8 @@ class SimulationSpec:
     exclusion_rate: float = 0.0  # chance that a question of an item falls under min_answer_mass
     competence: float = 3.0  # the judge-competence control's signal (log-odds of a correct answer)
     failing_judges: int = 0  # the first k variants get competence 0: they fail the control
-    competence_threshold: float = 0.6
+    competence_threshold: float = 0.405  # the control's pass rule (scoring.competence_passed), on log-odds
+    competence_max_excluded: float = 0.2
     n_resamples: int = 500  # the cells' article-level bootstrap
     seed: int = 0
     # The coverage design's extras (coverage.py); empty/False keeps the plain design and its random draws.
@@ -279,12 +280,17 @@ def _verdict(row: dict[str, Any], prefix: str) -> Verdict:
     return pair_verdict(forward, backward, MIN_ANSWER_MASS)  # with the paper's score and the log-odds score
 
 
+COMPETENCE = "competence"  # the control's question (competence.QUESTION; the analysis never imports the core cell)
+
+
 def _competence_block(items: list[Item], spec: SimulationSpec) -> dict[str, Any]:
-    """summary.json's judge_competence, by the cell's own statistics and pass rule."""
-    rows = [{"article_id": it.article_id, "competence": it.measured["competence"]} for it in items]
-    stats_ = question_stats(rows, "competence", 0.95).to_json()
-    return {"enabled": True, **stats_, "threshold": spec.competence_threshold,
-            "passed": judge_passed(stats_, spec.competence_threshold), "calls_sampled": 2 * len(items)}
+    """summary.json's judge_competence, by the cell's own block builder and pass rule
+    (scoring.competence_block). Its verdicts are pairwise in either setting (as the simulated questions'), 2 calls
+    per article either way."""
+    rows = [{"article_id": it.article_id, COMPETENCE: it.measured[COMPETENCE]} for it in items]
+    block = competence_block(rows, COMPETENCE, spec.setting, spec.competence_threshold,
+                             spec.competence_max_excluded, 0.95)
+    return {**block, "calls_sampled": 2 * len(items)}
 
 
 def _plain(value: Any) -> Any:
