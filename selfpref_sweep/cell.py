@@ -50,6 +50,7 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
                                 finetune.train_article_ids if finetune else (),
                                 # the base's weights are not needed while its fine-tuned copy judges
                                 after_own=evaluator.close if finetune else None)
+        inputs.load_model = lambda model_cfg, role: models.load(model_cfg)  # a measurement's further models
         judged = judge_cell(inputs, judge, judge_cfg)
         items = item_records(inputs, judged.verdicts, judged.measured)
         summary = cell_summary(inputs, items, judged.measured)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from .articles import ArticleSelection, select_articles
 from .data import Article, Dataset, load_dataset, selection_warnings
@@ -33,6 +33,9 @@ class CellInputs:
     pairs: PairSet
     warnings: List[str] = field(default_factory=list)
     n_training_articles_dropped: int = 0
+    # Loads a further model a measurement scores with (model config, role) -> handle: the cell's CellModels
+    # (cached in the call store, pooled, closed with the cell), plan mode's counting stand-in. None: no loader.
+    load_model: Optional[Callable[[Any, str], Any]] = None
 
 
 def load_articles(spec: CellSpec) -> Tuple[Dataset, List[str]]:

@@ -130,12 +130,15 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
             models["judge"] = PlanningModel(tuned, store)
         inputs = prepare_inputs(spec, dataset, warnings, models["evaluator"], models.get("source"),
                                 planned_training_articles(spec))
+        inputs.load_model = _planning_loader(models, store)  # a measurement's further models, counted too
         judged = judge_cell(inputs, models.get("judge", models["evaluator"]), tuned or spec.evaluator)
     finally:
         store.close()
     judge_prompts = flatten(judged.requests)
     preflight = cell_preflight(
-        [spec.evaluator, spec.source_model], spec.model_cache, ft_plan, spec.evaluator,
+        # the models the run would load (a measurement's too, e.g. the familiarity reference); the fine-tuned
+        # judge does not exist yet
+        [m.cfg for role, m in models.items() if role != "judge"], spec.model_cache, ft_plan, spec.evaluator,
         spec.finetune.settings.openai.n_epochs if spec.finetune else None,
         # a training example is a judge prompt of the same shape, plus its one answer token
         sum(map(request_tokens, judge_prompts)) / len(judge_prompts) + 1 if judge_prompts else None)
@@ -153,6 +156,16 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
         extra={m.summary_key: stage.plan_block(m.n_requests(stage)) for m, stage in judged.measured},
         preflight=[w.to_json() for w in preflight], by_model={role: m.summary() for role, m in models.items()})
     return _write_plan(run_dir, plan)
+
+
+def _planning_loader(models: Dict[str, PlanningModel], store: Store):
+    """Plan mode's CellInputs.load_model: a stand-in per role, kept with the cell's models so that its calls,
+    tokens and cost are counted and its weights pre-flighted."""
+
+    def load(model_cfg: ModelConfig, role: str) -> PlanningModel:
+        return models.setdefault(role, PlanningModel(model_cfg, store))
+
+    return load
 
 
 def _write_plan(run_dir: Path, record: CellPlan) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
 from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                      FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
@@ -189,12 +189,28 @@ def _typed(cfg: DictConfig) -> Config:
     if not isinstance(typed, Config):  # composed without the schema (a hand-made config)
         raise ConfigError("The config was not composed with the selfpref_sweep schema (conf/config.yaml's "
                           "base_config).")
+    typed.judge.familiarity_reference = reference_model_config(typed.judge.familiarity_reference)
     # dtype auto becomes this machine's bf16 or float32 here, once, so every identity and cache key holds
     # the dtype the model really runs in.
-    for model in (typed.evaluator, typed.source.model):
+    for model in (typed.evaluator, typed.source.model, typed.judge.familiarity_reference):
         if model is not None and model.dtype == AUTO:
             model.dtype = resolve_dtype(model.dtype)
     return typed
+
+
+def reference_model_config(value: Any) -> Optional[ModelConfig]:
+    """judge.familiarity_reference as a typed model config (the schema keeps it an open block, so a model
+    config composes into it: `+model@judge.familiarity_reference=smollm135`); None when unset."""
+    if value is None or isinstance(value, ModelConfig):
+        return value
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), value)
+        return OmegaConf.to_object(merged)
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:  # an unknown key, a wrong type, no name, a
+        # bare string (judge.familiarity_reference=smollm135 names no model group): OmegaConf says which
+        detail = str(exc).splitlines()[0]
+        raise ConfigError(f"judge.familiarity_reference is not a model config ({detail}); name one, e.g. "
+                          f"+model@judge.familiarity_reference=smollm135.") from None
 
 
 def _finetune_spec(c: Config) -> Optional[FinetuneSpec]:

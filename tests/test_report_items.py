@@ -122,10 +122,11 @@ def test_the_item_list_is_declarative_and_complete() -> None:
     names = [item.name for item in R.REPORT_ITEMS]
     assert len(names) == len(set(names))
     assert {item.to_wandb for item in R.REPORT_ITEMS} <= {R.NOT_LOGGED, R.RUN_TABLE, R.REPORT_TABLE}
-    # The W&B report holds the regression tables (and the label comparison where the design has it).
+    # The W&B report holds the regression tables (and the label comparison where the design has it), and the
+    # judge controls' verdicts, which say which of those results mean something.
     assert [i.name for i in R.REPORT_ITEMS if i.to_wandb == R.REPORT_TABLE] == [
         "label_comparison", "regression_units", "regression_resampled", "regression_robustness", "specificity",
-        "interaction"]
+        "interaction", "judge_controls"]
     everything = R.Design(label_pairs=False, max_condition_units=0, finetuned=True, diffs=True, trends=True,
                           familiarity=True, logodds_cells=True)
     assert R.plot_stems(everything) == {"preference_vs_recognition", "finetune_vs_base", "heatmap_recognition",

@@ -14,6 +14,10 @@ given the article and the summarization prompt. Two things are read from them:
   toward 0 once familiarity is in, the recognition-preference link is (in part) familiarity.
 
 Older sweeps, API judges and cells with judge.familiarity=off have no familiarity: the fits say so.
+
+The report's "Verbal recognition next to authorship baselines" puts, per cell, verbal recognition beside the
+likelihood recognizer, the self-specific familiarity (the judge's own - other difference minus a reference
+model's, judge.familiarity_reference) and the surface-feature baseline, each "not measured" where absent.
 """
 
 from __future__ import annotations
@@ -235,3 +239,122 @@ def likelihood_units_table(units: pd.DataFrame) -> pd.DataFrame:
 
 def fits_frame(fits: Sequence[FamiliarityFit]) -> pd.DataFrame:
     return pd.DataFrame([f.to_dict() for f in fits])
+
+
+# --- verbal recognition next to the authorship baselines --------------------------------------------------
+NOT_MEASURED = "not measured"
+# (label, mean column, CI low column, CI high column) of each number the comparison shows, per cell
+_BASELINE_COLUMNS = (
+    ("verbal recognition (paper score)", "rec_mean", "rec_ci_low", "rec_ci_high"),
+    ("verbal recognition (log-odds)", "rec_logodds_mean", "rec_logodds_ci_low", "rec_logodds_ci_high"),
+    ("verbal recognition (accuracy)", "rc_accuracy", "rc_accuracy_ci_low", "rc_accuracy_ci_high"),
+    ("likelihood recognizer (accuracy)", "fam_lr_mean", "fam_lr_ci_low", "fam_lr_ci_high"),
+    ("self-specific familiarity", "fam_self_specific_mean", "fam_self_specific_ci_low", "fam_self_specific_ci_high"),
+    ("surface baseline (accuracy)", "sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high"),
+)
+
+
+def _value(row: Any, column: str) -> float:
+    """A cell's number, NaN where the column is absent (a measurement this sweep's code does not have)."""
+    try:
+        v = float(row.get(column, math.nan))
+    except (TypeError, ValueError):
+        return math.nan
+    return v if math.isfinite(v) else math.nan
+
+
+def _with_ci(row: Any, mean: str, low: str, high: str) -> str:
+    value = _value(row, mean)
+    if math.isnan(value):
+        return NOT_MEASURED
+    return f"{fmt(value)} {fmt_ci(_value(row, low), _value(row, high), why='(no interval)')}"
+
+
+def _compare(a: tuple, b: tuple) -> str:
+    """'above' / 'below' when the two (mean, low, high) intervals do not overlap, else 'indistinguishable'."""
+    if a[1] > b[2]:
+        return "above"
+    if a[2] < b[1]:
+        return "below"
+    return "indistinguishable from"
+
+
+def baseline_reading(row: Any) -> str:
+    """The cell's comparisons in plain words: verbal recognition (its accuracy where the recognition classifier
+    ran, else the paper score) against the surface baseline and the likelihood recognizer (by whether their CIs
+    overlap), and the sign of the self-specific familiarity (by its CI)."""
+    def est(mean: str, low: str, high: str) -> tuple:
+        return _value(row, mean), _value(row, low), _value(row, high)
+
+    verbal = est("rc_accuracy", "rc_accuracy_ci_low", "rc_accuracy_ci_high")
+    if math.isnan(verbal[0]):
+        verbal = est("rec_mean", "rec_ci_low", "rec_ci_high")
+    parts = []
+    for name, other in (("surface baseline", est("sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high")),
+                        ("likelihood recognizer", est("fam_lr_mean", "fam_lr_ci_low", "fam_lr_ci_high"))):
+        if not any(math.isnan(v) for v in (*verbal, *other)):
+            parts.append(f"verbal {_compare(verbal, other)} the {name}")
+    ss = est("fam_self_specific_mean", "fam_self_specific_ci_low", "fam_self_specific_ci_high")
+    if not any(math.isnan(v) for v in ss):
+        sign = "> 0" if ss[1] > 0 else "< 0" if ss[2] < 0 else "not distinguishable from 0"
+        parts.append(f"self-specific familiarity {sign}")
+    return "; ".join(parts) or DASH
+
+
+def authorship_baselines_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """Per cell: verbal recognition (paper score, log-odds, and accuracy where the recognition classifier ran)
+    next to the authorship baselines (the likelihood recognizer, the self-specific familiarity against the
+    reference model, the surface-feature baseline), each with its 95% CI or "not measured", and a reading.
+    None without cells."""
+    if cells.empty:
+        return None
+    rows = []
+    for c in cells.to_dict("records"):
+        row = {"evaluator variant": c.get("evaluator_variant"), "source": c.get("source"),
+               "dataset": c.get("dataset"), "setting": c.get("setting"), "label": c.get("label")}
+        row.update({label: _with_ci(c, *cols) for label, *cols in _BASELINE_COLUMNS})
+        why = c.get("fam_ref_reason") or ""
+        row["reference model"] = c.get("fam_ref_model") or (f"none: {why}" if why else DASH)
+        row["reading"] = baseline_reading(c)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def authorship_baselines_note(cells: pd.DataFrame) -> str:
+    """The section's plain-language note, and what no cell measured (and why, where cells say)."""
+    what = (
+        "What it means: does the judge's verbal answer ('I wrote this one') carry more than what simpler "
+        "readers of the same two summaries get? Each cell's verbal recognition (the paper's score, the "
+        "position-debiased log-odds and, where the recognition classifier ran, its accuracy) stands beside "
+        "three baselines, each with its 95% CI over articles.\n\n"
+        "Surface baseline: a classifier on length, punctuation and lexical features, no model asked, "
+        "cross-validated with articles as groups. Verbal recognition no better than it means the judge's "
+        "'I wrote it' may be reading surface features that any reader could use, not knowledge of its own "
+        "writing.\n\n"
+        "Likelihood recognizer: 'own is the summary the judge finds likelier'. Verbal recognition below it "
+        "uses less than the signal the model's own likelihoods hold; above it, more than familiarity alone.\n\n"
+        "Self-specific familiarity: the judge's own − other log-likelihood per token minus a reference "
+        "model's on the same summaries. A model's own greedy summary is likely to it by construction, and a "
+        "summary close to the article is likely to any model; a positive self-specific familiarity (CI above "
+        "0) means the judge finds its own text likelier beyond what another model does, so its familiarity is "
+        "its own. Near 0, the judge's likelihood advantage is one any model shares.\n\n"
+        "The reading column compares by whether the CIs overlap (verbal accuracy where measured, else the "
+        "paper score, which is a mean probability and so only roughly comparable with an accuracy)."
+    )
+    return what + _not_measured_note(cells)
+
+
+def _not_measured_note(cells: pd.DataFrame) -> str:
+    if cells.empty:
+        return "\n\nNo complete cell, so this section is empty."
+    notes = []
+    for label, column in (("the surface baseline", "sb_accuracy"), ("the likelihood recognizer", "fam_lr_mean"),
+                          ("a reference model's familiarity", "fam_self_specific_mean")):
+        if column not in cells or not np.isfinite(cells[column].to_numpy(float)).any():
+            notes.append(label)
+    if not notes:
+        return ""
+    reasons = sorted({r for r in cells.get("fam_ref_reason", pd.Series(dtype=str)) if r}) \
+        if "a reference model's familiarity" in notes else []
+    why = f" Why no reference model: {'; '.join(reasons)}." if reasons else ""
+    return f"\n\nNo cell measured {'; '.join(notes)}: those columns say 'not measured'.{why}"

@@ -15,6 +15,7 @@ import pandas as pd
 
 from . import familiarity as F
 from . import report_items as R
+from . import sources as S
 from . import tables as T
 from .fit import (
     GROUPINGS,
@@ -207,6 +208,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     }
     if result.design is not None and result.design.label_pairs:  # other designs' files stay as they were
         frames["label_comparison.csv"] = result.labels
+    if result.design is not None and result.design.per_source:
+        frames[f"{S.NAME}.csv"] = S.per_source_frame(result.data.cells, result.data.items)
     # Machine keys beside the display labels (tables.MACHINE_KEYS); a row's level where its file fixes it.
     groups = T.group_keys(result.units, result.points, result.data.items)
     for name, df in frames.items():

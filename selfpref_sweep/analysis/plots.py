@@ -221,6 +221,7 @@ def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[Fit
     }
     if diffs is not None and not diffs.empty:
         figures["finetune_vs_base"] = lambda p: finetune_vs_base_plot(diffs, p)
+    figures[RELIABILITY_STEM] = lambda p: reliability_plot(cells, p)
     plots = []
     for stem, draw in figures.items():
         path = out_dir / f"{stem}.png"
@@ -229,3 +230,45 @@ def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[Fit
         else:  # a stale figure of another design would sit beside the report as if it were this sweep's
             path.unlink(missing_ok=True)
     return plots
+
+
+RELIABILITY_STEM = "recognition_reliability"
+
+
+def reliability_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
+    """Reliability of the judge's recognition probabilities (recognition read as a classifier): one panel per
+    evaluator variant × setting, one line per cell (source · dataset · label) through its non-empty bins, each
+    point sized by its readings; the diagonal is perfect calibration. Pairwise cells read P(answer "1") against
+    "own is in position 1", individual cells P(Yes) against "the summary is own"."""
+    from .classifier import reliability_points
+
+    title = "Recognition as a classifier: reliability of its probabilities (per cell)"
+    usable = cells[cells["rc_reliability"].map(lambda b: bool(reliability_points(b)[2].sum()))] \
+        if not cells.empty and "rc_reliability" in cells else cells.iloc[0:0]
+    if usable.empty:
+        _empty_figure(path, "No cell recorded reliability bins for recognition: nothing to plot.")
+        return PlotFile(title, path)
+    facets = sorted(usable.groupby(["evaluator_variant", "setting"]).groups.keys())
+    rows, cols = _grid(len(facets), max_cols=3)
+    fig = Figure(figsize=(4.2 * cols, 4.0 * rows + 0.8), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax in axes.ravel()[len(facets):]:
+        ax.axis("off")
+    for ax, (variant, setting) in zip(axes.ravel(), facets):
+        sub = usable[(usable["evaluator_variant"] == variant) & (usable["setting"] == setting)]
+        ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", zorder=0)
+        for i, c in enumerate(sub.itertuples()):
+            x, y, n = reliability_points(c.rc_reliability)
+            colour = matplotlib.colormaps["tab10"](i % 10)
+            ax.plot(x, y, color=colour, lw=1.0, label=f"{c.source} · {c.dataset} · {c.label} (ECE {fmt(c.rc_ece, 2)})")
+            ax.scatter(x, y, s=12 + 60 * n / max(1, n.max()), color=colour, zorder=3)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.02, 1.02)
+        predicted = "P(answer '1')" if setting == "pairwise" else "P(Yes)"
+        ax.set_xlabel(f"mean predicted {predicted}", fontsize=8)
+        ax.set_ylabel("observed frequency" + (" (own first)" if setting == "pairwise" else " (own)"), fontsize=8)
+        ax.set_title(f"{variant} · {setting}", fontsize=9)
+        ax.legend(fontsize=6, loc="upper left", frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.savefig(path, dpi=_DPI)
+    return PlotFile(title, path)

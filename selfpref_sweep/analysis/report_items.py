@@ -17,7 +17,11 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import pandas as pd
 
+from . import classifier as C
 from . import familiarity as F
+from . import judge_controls as J
+from . import question_sensitivity as Q
+from . import sources as S
 from . import tables as T
 from .fit import BY_CONDITION, MIN_POINTS
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
@@ -44,6 +48,9 @@ class Design:
     trends: bool  # the recognition arms give a dose trend
     familiarity: bool  # some cell recorded the likelihood recognizer
     logodds_cells: bool  # some cell's summary has log-odds means
+    classifiers: bool = False  # some cell recorded recognition as a classifier or the surface baseline
+    per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
+    controls: bool = False  # some cell ran the placebo question or the recognition classifier
 
     @property
     def headline(self) -> bool:
@@ -67,6 +74,9 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
         finetuned=bool(not units.empty and units["is_finetuned"].astype(bool).any()),
         diffs=not diffs.empty, trends=bool(trends), familiarity=F.has_familiarity(cells),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
+        classifiers=C.has_classifiers(cells),
+        per_source=S.has_sources(cells),
+        controls=J.has_controls(cells),
     )
 
 
@@ -378,6 +388,19 @@ REPORT_ITEMS: tuple[ReportItem, ...] = (
                    "The likelihood recognizer's accuracy is a proportion of those items (a tie counts ½), so it "
                    "gets a Wilson interval, which is honest at 10 of 10 where a bootstrap gives [1, 1].",
                lambda r: F.likelihood_cells_table(r.data.cells), applies=lambda d: d.familiarity, level=3),
+    ReportItem(J.NAME, J.SECTION, J.TEXT, lambda r: J.judge_controls_table(r.data.cells),
+               applies=lambda d: d.controls, to_wandb=REPORT_TABLE),
+    ReportItem("authorship_baselines", "Verbal recognition next to authorship baselines",
+               lambda r: F.authorship_baselines_note(r.data.cells),
+               lambda r: F.authorship_baselines_table(r.data.cells)),
+    ReportItem(Q.NAME, Q.SECTION, Q.sensitivity_text, lambda r: Q.sensitivity_table(r.data)),
+    ReportItem(S.NAME, S.SECTION, lambda r: S.per_source_text(r.data.cells),
+               lambda r: S.per_source_table(r.data.cells, r.data.items), applies=lambda d: d.per_source),
+    ReportItem("recognition_classifier", "Recognition as a classifier: accuracy per order, AUROC, calibration",
+               lambda r: C.classifier_note(r.data.cells), lambda r: C.classifier_table(r.data.cells),
+               plots=("recognition_reliability",), applies=lambda d: d.classifiers),
+    ReportItem("surface_baseline", "Authorship without asking a model", lambda r: C.surface_note(r.data.cells),
+               lambda r: C.surface_table(r.data.cells), applies=lambda d: d.classifiers),
     ReportItem("quality", "Per cell: the smallest detectable effect and the judge-competence control",
                _QUALITY_TEXT, lambda r: T.quality_table(r.data.cells)),
     ReportItem("heatmaps", "Evaluator × source heatmaps", plots=("heatmap_recognition", "heatmap_preference"),

@@ -1,0 +1,240 @@
+"""Question sensitivity: does the judge read the question?
+
+Cells that asked the placebo question (selfpref_sweep/placebo.py: a third pairwise question on the cell's own
+pairs whose right answer is in the text and not about authorship, e.g. which summary has more words) record
+per item its log-odds of picking the own summary, in the same orientation as recognition and preference. Two
+comparisons are read from them, per cell and pooled per evaluator variant × setting × label (never across
+settings or label conditions):
+
+- the item-level slope of preference log-odds on recognition log-odds next to the slope of placebo log-odds
+  on recognition log-odds (OLS, CIs clustered by article: CR2 with Bell–McCaffrey df, clustered.py; pooled
+  rows have cell fixed effects, so the slope is within cells);
+- how often the placebo's choice (the sign of its log-odds) agrees with the recognition choice, next to how
+  often the preference choice does, on the same items, with Wilson intervals.
+
+If the placebo follows recognition as closely as preference does, the recognition-preference link is the judge
+answering every question alike. Cells without placebo data (older sweeps, judges whose calls cost, where auto
+leaves it off) are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..clustered import too_few_clusters
+from .fit import ALPHA, MIN_POINTS, clustered_ols
+from .tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
+from .units import key_frame
+
+NAME = "question_sensitivity"  # the report item's (and its table's) name
+SECTION = "Does the judge read the question? A placebo question"
+NO_PLACEBO = "no placebo measured"
+_LOGODDS = ("rec_logodds", "pref_logodds", "pl_logodds")
+ALIKE = "the judge answers every question alike"
+APART = "preference follows recognition more closely than the placebo does"
+NO_LINK = "no link to explain: preference agrees with recognition on half the items or fewer"
+
+
+@dataclass
+class SensitivityRow:
+    """One cell or one pooled group: both slopes on recognition and both agreement counts, or why none."""
+
+    level: str  # "cell" or "pooled"
+    group: str
+    evaluator_variant: str
+    setting: str
+    label: str
+    n_cells: int = 0
+    n: int = 0  # items scored in all three questions
+    pref_slope: float = math.nan
+    pref_slope_ci_low: float = math.nan
+    pref_slope_ci_high: float = math.nan
+    placebo_slope: float = math.nan
+    placebo_slope_ci_low: float = math.nan
+    placebo_slope_ci_high: float = math.nan
+    no_interval: str = ""  # why the preference slope has no interval
+    placebo_no_interval: str = ""  # why the placebo slope has none
+    n_agreement: int = 0  # items with a choice in all three questions
+    placebo_agree: int = 0
+    pref_agree: int = 0
+    reading: str = ""  # ALIKE, APART, NO_LINK, or why there is no placebo
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def placebo_items(items: pd.DataFrame) -> pd.DataFrame:
+    """Items scored in all three questions (finite log-odds each), with an article cluster key."""
+    if items.empty or "pl_logodds" not in items:
+        return items.iloc[0:0].assign(_article=pd.Series(dtype=str))
+    finite = np.all(np.isfinite(items[list(_LOGODDS)].to_numpy(float)), axis=1)
+    kept = items[finite]
+    return kept.assign(_article=kept["dataset"].astype(str) + "\x1f" + kept["article_id"].astype(str))
+
+
+def _slope(df: pd.DataFrame, y: str) -> tuple[float, float, float, str]:
+    """(slope of y on rec_logodds, CI low, CI high, why no CI), cell fixed effects when several cells."""
+    if len(df) < MIN_POINTS or df["rec_logodds"].nunique() < 2:
+        return math.nan, math.nan, math.nan, f"too few items or no spread in recognition (n={len(df)})"
+    formula = f"{y} ~ rec_logodds" + (" + C(cell_id)" if df["cell_id"].nunique() > 1 else "")
+    est = clustered_ols(df, formula, df["_article"]).coef("rec_logodds", ALPHA)
+    why = too_few_clusters(df["_article"])
+    if why or not math.isfinite(est.ci_low):
+        return est.estimate, math.nan, math.nan, why or "no interval: every item lies on one line"
+    return est.estimate, est.ci_low, est.ci_high, ""
+
+
+def _agreement(df: pd.DataFrame) -> tuple[int, int, int]:
+    """(items with a choice in all three, placebo agrees with recognition, preference agrees with it)."""
+    signs = np.sign(df[list(_LOGODDS)].to_numpy(float))
+    chosen = signs[np.all(signs != 0, axis=1)]
+    return len(chosen), int((chosen[:, 2] == chosen[:, 0]).sum()), int((chosen[:, 1] == chosen[:, 0]).sum())
+
+
+def _reading(n: int, placebo: int, pref: int) -> str:
+    """The row's plain reading. The rule is the cell's own summary's (placebo.answers_alike, which the analysis
+    does not import: the core's measurement modules reach the model backends; tests/test_placebo.py checks
+    that the two agree): where preference agrees with recognition on more than half the items, the judge
+    answers alike if the placebo agrees at least as often."""
+    if n == 0:
+        return "no item with a choice in all three questions"
+    if pref / n <= 0.5:
+        return NO_LINK
+    return ALIKE if placebo >= pref else APART
+
+
+def fit_group(df: pd.DataFrame, row: SensitivityRow) -> SensitivityRow:
+    """Fill a row's slopes and agreement counts from its items (placebo_items)."""
+    row.n, row.n_cells = len(df), int(df["cell_id"].nunique())
+    row.pref_slope, row.pref_slope_ci_low, row.pref_slope_ci_high, why = _slope(df, "pref_logodds")
+    row.no_interval = why
+    (row.placebo_slope, row.placebo_slope_ci_low, row.placebo_slope_ci_high,
+     row.placebo_no_interval) = _slope(df, "pl_logodds")
+    row.n_agreement, row.placebo_agree, row.pref_agree = _agreement(df)
+    row.reading = _reading(row.n_agreement, row.placebo_agree, row.pref_agree)
+    return row
+
+
+def _enabled(value: Any) -> Optional[bool]:
+    return bool(value) if isinstance(value, (bool, np.bool_)) else None
+
+
+def no_placebo_reason(cell: pd.Series, n_items: int) -> str:
+    """Why a cell has no placebo rows ("" when it has)."""
+    enabled = _enabled(cell.get("pl_enabled"))
+    if enabled is None:
+        return f"{NO_PLACEBO}: the cell records no placebo block (a sweep from before it existed)"
+    if not enabled:
+        return f"{NO_PLACEBO}: {cell.get('pl_reason') or 'off'}"
+    return "" if n_items else f"{NO_PLACEBO}: no item scored in recognition, preference and the placebo"
+
+
+def sensitivity_rows(cells: pd.DataFrame, items: pd.DataFrame) -> list[SensitivityRow]:
+    """A row per complete cell (fitted, or why there is no placebo), then per evaluator variant × setting ×
+    label with placebo data in several cells, a pooled row."""
+    if cells.empty:
+        return []
+    kept = placebo_items(items)
+    by_cell = dict(list(kept.groupby("cell_id", sort=False))) if not kept.empty else {}
+    rows = []
+    for cell in key_frame(cells, ["evaluator_variant", "setting", "label"]).itertuples(index=False):
+        cell = pd.Series(cell._asdict())
+        sub = by_cell.get(cell["cell_id"], kept.iloc[0:0])
+        row = SensitivityRow("cell", f"{cell['cell_id']}: {cell['evaluator_variant']} vs {cell['source']} on "
+                             f"{cell['dataset']}", cell["evaluator_variant"], cell["setting"], cell["label"])
+        why = no_placebo_reason(cell, len(sub))
+        rows.append(fit_group(sub, row) if not why else SensitivityRow(**{**row.to_dict(), "reading": why}))
+    if kept.empty:
+        return rows
+    for (variant, setting, label), sub in key_frame(kept, ["evaluator_variant", "setting", "label"]).groupby(
+            ["evaluator_variant", "setting", "label"], sort=True):
+        if sub["cell_id"].nunique() > 1:
+            group = f"{variant}, all its cells ({sub['cell_id'].nunique()})"
+            rows.append(fit_group(sub, SensitivityRow("pooled", group, variant, setting, label)))
+    return rows
+
+
+def sensitivity_frame(cells: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
+    columns = list(SensitivityRow.__dataclass_fields__)
+    return pd.DataFrame([r.to_dict() for r in sensitivity_rows(cells, items)], columns=columns)
+
+
+def _slope_text(est: float, low: float, high: float, why: str) -> str:
+    return DASH if not math.isfinite(est) else f"{fmt(est)} {fmt_ci(low, high, why=why)}"
+
+
+def sensitivity_table(data: Any) -> pd.DataFrame:
+    """The report's table (data: analysis.load.SweepData)."""
+    frame = sensitivity_frame(data.cells, data.items)
+    rows = []
+    for r in frame.itertuples(index=False):
+        measured = not r.reading.startswith(NO_PLACEBO)
+        rows.append({
+            "level": r.level, "cell / group": r.group, "setting": r.setting, "label": r.label,
+            "items": fmt_int(r.n) if measured else DASH,
+            "preference ~ recognition slope [95% CI]": _slope_text(r.pref_slope, r.pref_slope_ci_low,
+                                                                   r.pref_slope_ci_high, r.no_interval),
+            "placebo ~ recognition slope [95% CI]": _slope_text(r.placebo_slope, r.placebo_slope_ci_low,
+                                                               r.placebo_slope_ci_high, r.placebo_no_interval),
+            "placebo agrees with recognition": fmt_proportion(r.placebo_agree, r.n_agreement) if measured else DASH,
+            "preference agrees with recognition": fmt_proportion(r.pref_agree, r.n_agreement) if measured else DASH,
+            "reading": r.reading})
+    return pd.DataFrame(rows, columns=["level", "cell / group", "setting", "label", "items",
+                                       "preference ~ recognition slope [95% CI]",
+                                       "placebo ~ recognition slope [95% CI]", "placebo agrees with recognition",
+                                       "preference agrees with recognition", "reading"])
+
+
+_WHAT_TEXT = (
+    "What it means: next to the paper's two questions, the judge was asked a third, placebo question on the "
+    "same pairs, in both orders, whose right answer is in the text and has nothing to do with who wrote it "
+    "(judge.placebo_question; by default the paper's length control, which summary is longer in terms of word "
+    "count). Its log-odds are read like recognition's and preference's: > 0 picks the judge's own summary. "
+    "Individual-setting cells ask it pairwise, on the same own/other pairs (there is no one-summary form of "
+    "it), and set its choice against their individual verdicts.\n\n"
+    "What each outcome would mean. If the placebo follows recognition as closely as preference does (it agrees "
+    "with the recognition choice at least as often, and its slope on recognition is as steep), then the "
+    "recognition-preference link is the judge answering every question alike, by position or by some feature "
+    "of the text it picks whatever it is asked, not preference following recognition. If preference follows "
+    "recognition and the placebo does not (agreement near ½, slope near 0), the judge tells the questions "
+    "apart, and the link belongs to the two questions the paper asks. If preference itself agrees with "
+    "recognition on half the items or fewer, there is no link here for the placebo to explain.\n\n"
+    "How: the items scored in all three questions. Slopes: OLS of preference log-odds, and of placebo "
+    "log-odds, on recognition log-odds, item by item, with 95% CIs clustered by article (CR2 with "
+    "Bell–McCaffrey df; fewer than 4 articles give the estimate without an interval); pooled rows (an "
+    "evaluator variant's cells in one setting and label condition) add cell fixed effects, so their slope is "
+    "within cells. Agreement: the share of items whose placebo choice (the sign of its log-odds), and whose "
+    "preference choice, names the same summary as the recognition choice, on the same items (an even answer "
+    "is no choice and leaves the item out), with Wilson 95% intervals. The reading compares the point "
+    "estimates, as the cell's own summary.json does (placebo.alike); read it with the intervals."
+)
+
+
+def sensitivity_text(result: Any) -> str:
+    """The section's prose, with the cells where the judge answers every question alike named."""
+    frame = sensitivity_frame(result.data.cells, result.data.items)
+    if frame.empty:
+        return _WHAT_TEXT + "\n\nNo complete cell."
+    cells = frame[frame["level"] == "cell"]
+    alike = cells[cells["reading"] == ALIKE]["group"].tolist()
+    missing = cells[cells["reading"].str.startswith(NO_PLACEBO)]
+    measured = len(cells) - len(missing)
+    if not measured:
+        outcome = "No cell measured the placebo question, so this sweep cannot tell whether its judges read the question."
+    elif alike:
+        outcome = (f"In {len(alike)} of {measured} cell(s) with a placebo the placebo follows recognition as "
+                   f"closely as preference does: there the recognition-preference link is the judge answering "
+                   f"every question alike ({'; '.join(alike)}).")
+    else:
+        outcome = (f"In none of the {measured} cell(s) with a placebo does the placebo follow recognition as "
+                   f"closely as preference does.")
+    if len(missing):
+        reasons = missing["reading"].str.slice(len(NO_PLACEBO) + 2).value_counts()
+        outcome += (f" {len(missing)} cell(s) have {NO_PLACEBO} (" +
+                    "; ".join(f"{n}: {why}" for why, n in reasons.items()) + ").")
+    return _WHAT_TEXT + "\n\n" + outcome

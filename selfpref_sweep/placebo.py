@@ -1,0 +1,344 @@
+"""Question sensitivity: a placebo question on the cell's own pairs.
+
+Does the judge read the question? A third pairwise question is asked of the cell's same pairs, in both orders,
+whose right answer is computable from the text and has nothing to do with who wrote it: by default the paper's
+length control, "which summary is longer in terms of word count?" (`judge.placebo_question` names any prompt
+under prompts.pairwise that has a truth in TRUTHS below). The requests are built by the pairwise request builder
+and scored by the pairwise scoring of the cell's own questions, with the cell's own summary in the "own" slot,
+so the verdict's score and log-odds say how much the judge picks OWN on the placebo, the same orientation as
+recognition and preference. It is asked in individual-setting cells too: pairwise, on the same own/other pairs
+(there is no one-summary form of "which is longer?"), and its choice is set against the individual verdicts'.
+
+Two readings per cell (summary.json's `placebo` block):
+- accuracy: mean P(correct) over the items whose summaries differ on the feature (ties have no right answer);
+  a judge that reads the question answers it right.
+- agreement: how often the placebo's choice (the sign of its log-odds: own or other) agrees with the
+  recognition choice, next to how often the preference choice agrees with the recognition choice, on the same
+  items. If the placebo follows recognition as closely as preference does, the recognition-preference link is
+  the judge answering every question alike (e.g. by position or by one feature of the text), not preference
+  following recognition.
+
+`judge.placebo`: auto is on where the judge's calls cost nothing (as the competence control), on asks it
+anyway, off skips it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .config import JudgeConfig, ModelConfig, SettingName, Switch
+from .errors import ConfigError
+from .finetune import labels as L
+from .judging import ItemRequests, pairwise_requests
+from .measurements import CI_FIELDS, Measurement, Stage, block, number, numbers
+from .pairs import Pair
+from .record import Item, verdict_of
+from .scoring import article_mean, score_items
+
+FIELD = "placebo"  # the item's and summary.json's key
+OWN, OTHER, TIE = "own", "other", "tie"  # which summary the placebo question's right answer names
+_TOL = 1e-9  # feature values closer than this are a tie
+
+
+@dataclass(frozen=True)
+class PlaceboTruth:
+    """How a placebo question's right answer is computed: the feature it asks about, measured on each text;
+    the summary with the higher value is the right answer."""
+
+    feature: str  # what is measured, as the record and the printed result name it
+    measure: Callable[[str], float]
+
+
+# question name (a prompt under prompts.pairwise) -> its truth; the measures are the fine-tuning controls' own.
+TRUTHS: Dict[str, PlaceboTruth] = {
+    "length": PlaceboTruth("word count", L.word_count),
+    "vowel": PlaceboTruth("vowel count", L.vowel_count),
+    "readability": PlaceboTruth("Flesch reading ease", L.reading_ease),
+}
+
+
+def truth_of(question: str, own: str, other: str) -> Tuple[str, float, float]:
+    """(which summary the right answer names: own, other or tie; own's value; other's value)."""
+    measure = TRUTHS[question].measure
+    a, b = float(measure(own)), float(measure(other))
+    return (TIE if abs(a - b) <= _TOL else OWN if a > b else OTHER), a, b
+
+
+def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping) -> Tuple[bool, str]:
+    """(on?, why): judge.placebo, with auto on where the judge's calls cost nothing (the backend contract's
+    costs_money, as the competence control) and where the prompt set has the question. An unknown question,
+    or a missing prompt with judge.placebo=on, is a ConfigError."""
+    from .models import backend_class
+
+    mode, question = Switch(cfg.placebo), str(cfg.placebo_question)
+    if mode == Switch.off:
+        return False, "judge.placebo=off"
+    if question not in TRUTHS:
+        raise ConfigError(f"judge.placebo_question={question!r} has no computable right answer; known placebo "
+                          f"questions: {', '.join(TRUTHS)} (or set judge.placebo=off).")
+    where = f"{judge_cfg.backend} judge {judge_cfg.name!r}"
+    if mode == Switch.auto and backend_class(judge_cfg.backend).costs_money(judge_cfg):
+        return False, (f"judge.placebo=auto is off for the {where}, whose calls may cost; judge.placebo=on "
+                       f"turns it on")
+    if question not in (prompts.get("pairwise") or {}):
+        missing = (f"the prompt prompts.pairwise.{question}, which prompts={prompts.get('name')} does not have")
+        if mode == Switch.on:
+            raise ConfigError(f"judge.placebo=on needs {missing}: add it, set judge.placebo_question to one it "
+                              f"has, or set judge.placebo=off.")
+        return False, f"judge.placebo=auto is off: it needs {missing}"
+    if mode == Switch.on:
+        return True, "judge.placebo=on"
+    return True, f"judge.placebo=auto, {where} whose calls cost nothing"
+
+
+@dataclass
+class PlaceboState:
+    """The stage's question and each asked article's truth: article id -> (truth, own value, other value)."""
+
+    question: str
+    truths: Dict[str, Tuple[str, float, float]] = field(default_factory=dict)
+
+
+def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping, pairs: Sequence[Pair]
+                  ) -> Stage:
+    """The placebo's requests for every judged pair, the own summary in the "own" slot (forward: own first).
+    `judge` is the cell's judge (a CachedModel or plan mode's stand-in), `judge_cfg` its model config."""
+    enabled, reason = placebo_enabled(cfg, judge_cfg, prompts)
+    if not enabled:
+        return Stage(False, reason)
+    state = PlaceboState(str(cfg.placebo_question))
+    items = []
+    for p in pairs:
+        state.truths[p.article_id] = truth_of(state.question, p.own, p.other)
+        items.append(ItemRequests(p.article_id, {state.question: pairwise_requests(judge, prompts, state.question, p)}))
+    return Stage(True, reason, items, state=state)
+
+
+def correct_probability(p_own: Optional[float], truth: str) -> Optional[float]:
+    """P(the right answer) from P(own): None for a tie (no right answer) or an excluded verdict."""
+    if p_own is None or truth == TIE:
+        return None
+    return p_own if truth == OWN else 1.0 - p_own
+
+
+def correct_logodds(logodds: Optional[float], truth: str) -> Optional[float]:
+    """The log-odds of the right answer (the verdict's own-vs-other log-odds, signed by the truth)."""
+    if logodds is None or truth == TIE:
+        return None
+    return logodds if truth == OWN else -logodds
+
+
+def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+    """article id -> the placebo's record: the pairwise verdict (score = P(own), logodds own vs other, orders)
+    with the question, the feature's values, the truth and P(correct)."""
+    state: PlaceboState = stage.state
+    truth = TRUTHS[state.question]
+    out: Dict[str, dict] = {}
+    for item, scored in zip(stage.answer_items, score_items(stage.answer_items, dists, SettingName.pairwise,
+                                                            min_mass)):
+        verdict = scored[state.question]
+        which, own_value, other_value = state.truths[item.article_id]
+        out[item.article_id] = {**verdict, "question": state.question, "feature": truth.feature,
+                                "values": {OWN: own_value, OTHER: other_value}, "truth": which,
+                                "correct": correct_probability(verdict["score"], which),
+                                "correct_logodds": correct_logodds(verdict["logodds"], which)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------- summary.json
+def proportion(successes: int, n: int, confidence: float) -> Dict[str, Any]:
+    """A proportion of n with its Wilson interval (statsmodels); nulls without items."""
+    from statsmodels.stats.proportion import proportion_confint
+
+    if n <= 0:
+        return {"rate": None, "ci_low": None, "ci_high": None, "count": 0}
+    low, high = proportion_confint(successes, n, alpha=1.0 - confidence, method="wilson")
+    return {"rate": successes / n, "ci_low": float(low), "ci_high": float(high), "count": int(successes)}
+
+
+def choice(logodds: Optional[float]) -> int:
+    """+1: own picked, -1: other picked, 0: no choice (an even answer, or no verdict)."""
+    value = number(logodds)
+    return 0 if math.isnan(value) or value == 0 else (1 if value > 0 else -1)
+
+
+def _item_choices(record: Any, item: Optional[Item], questions: Sequence[str]) -> Optional[List[int]]:
+    """[placebo, recognition, preference?] choices of one item; None where any verdict is absent or excluded."""
+    if not isinstance(record, dict) or record.get("excluded") or item is None:
+        return None
+    verdicts = [verdict_of(item, q) for q in questions]
+    if any(v is None or v.excluded for v in verdicts):
+        return None
+    return [choice(record.get("logodds")), *(choice(v.logodds) for v in verdicts)]
+
+
+def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: float) -> Dict[str, Any]:
+    """How often the placebo's choice agrees with the recognition choice, and the preference choice with the
+    recognition choice, on the same items: those with all three verdicts and a choice in each (an even answer
+    is no choice; such items are counted in n_no_choice). Without a recognition verdict there is nothing to
+    agree with; without a preference verdict, its rate is null."""
+    by_id = {it.article_id: it for it in items}
+    asked = [q for q in ("recognition", "preference") if any(q in it.verdicts for it in items)]
+    if "recognition" not in asked:
+        return {"n_agreement": 0, "n_no_choice": 0, "placebo_recognition": proportion(0, 0, confidence),
+                "preference_recognition": proportion(0, 0, confidence)}
+    rows = [c for aid, r in records.items() for c in [_item_choices(r, by_id.get(aid), asked)] if c is not None]
+    chosen = [c for c in rows if 0 not in c]
+    placebo = sum(c[0] == c[1] for c in chosen)
+    preference = sum(c[2] == c[1] for c in chosen) if "preference" in asked else 0
+    return {"n_agreement": len(chosen), "n_no_choice": len(rows) - len(chosen),
+            "placebo_recognition": proportion(placebo, len(chosen), confidence),
+            "preference_recognition": proportion(preference, len(chosen) if "preference" in asked else 0,
+                                                 confidence)}
+
+
+def answers_alike(agree: Mapping[str, Any]) -> Optional[bool]:
+    """Where preference follows recognition (agrees with it on more than half the items), whether the placebo
+    follows recognition at least as closely (point estimates, on the same items): True, the link is the judge
+    answering every question alike. None where either rate is missing, or where preference agrees with
+    recognition on half the items or fewer: then there is no link for the placebo to explain."""
+    pl, pref = agree["placebo_recognition"]["rate"], agree["preference_recognition"]["rate"]
+    if pl is None or pref is None or pref <= 0.5:
+        return None
+    return bool(pl >= pref)
+
+
+def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confidence: float) -> Dict[str, Any]:
+    """summary.json's placebo block: accuracy (mean P(correct), article-clustered t CI on the logit scale) and
+    the mean log-odds of the right answer over the items with a right answer; P(own) on the placebo over every
+    scored item; the agreement rates with Wilson intervals; counts of excluded and tied items."""
+    records = stage.records
+    scored = {aid: r for aid, r in records.items() if not r.get("excluded")}
+    graded = [(aid, r) for aid, r in scored.items() if r.get("truth") != TIE]
+    ids = [aid for aid, _ in graded]
+    reasons: Dict[str, int] = {}
+    for r in records.values():
+        if r.get("excluded"):
+            reasons[str(r.get("exclusion_reason"))] = reasons.get(str(r.get("exclusion_reason")), 0) + 1
+    agree = agreement(records, items, confidence)
+    question = stage.state.question
+    return {"enabled": True, "reason": stage.reason, "question": question, "feature": TRUTHS[question].feature,
+            "asked": SettingName.pairwise.value, "setting": setting,
+            "accuracy": article_mean([r["correct"] for _, r in graded], ids, confidence, bounded=True),
+            "accuracy_logodds": article_mean([r["correct_logodds"] for _, r in graded], ids, confidence),
+            "own": article_mean([r["score"] for r in scored.values()], list(scored), confidence, bounded=True),
+            "n": len(graded), "n_ties": len(scored) - len(graded), "n_excluded": len(records) - len(scored),
+            "exclusions": reasons, "agreement": agree, "alike": answers_alike(agree),
+            "calls": sum(len(s) for it in stage.answer_items for s in it.by_question.values())}
+
+
+# ------------------------------------------------------------------------------------------- read back
+def _ci(stats: Mapping[str, Any], key: str = "mean") -> str:
+    if stats.get(key) is None:
+        return "n/a"
+    ci = "" if stats.get("ci_low") is None else f" [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+    return f"{stats[key]:.3f}{ci}"
+
+
+def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+    """The placebo's line in the printed cell result."""
+    if not summary_block:
+        return None
+    if not summary_block.get("enabled"):
+        return f"  placebo question  off ({summary_block.get('reason')})"
+    agree = block(summary_block, "agreement")
+    head = (f"  placebo question  {summary_block.get('question')}: accuracy {_ci(block(summary_block, 'accuracy'))} "
+            f"(n={summary_block.get('n')}, ties {summary_block.get('n_ties')}, excluded "
+            f"{summary_block.get('n_excluded')})")
+    if not agree.get("n_agreement"):
+        return head + "; no item to set against recognition"
+    line = (f"{head}; agrees with recognition {_ci(block(agree, 'placebo_recognition'), 'rate')}, preference "
+            f"agrees with recognition {_ci(block(agree, 'preference_recognition'), 'rate')} "
+            f"(n={agree['n_agreement']})")
+    if summary_block.get("alike") is True:
+        line += ": the judge answers these questions alike"
+    elif summary_block.get("alike") is False:
+        line += ": preference follows recognition more closely than the placebo does"
+    return line
+
+
+def view_placebo(record: Any) -> Optional[Dict[str, Any]]:
+    """The item's placebo as the item viewer shows it."""
+    if not isinstance(record, dict):
+        return None
+    values = record.get("values") or {}
+    out: Dict[str, Any] = {"question": record.get("question"),
+                           "right answer": f"{record.get('truth')} ({record.get('feature')}: own "
+                                           f"{values.get(OWN)}, other {values.get(OTHER)})",
+                           "P(own)": record.get("score"), "P(correct)": record.get("correct")}
+    if record.get("excluded"):
+        out["excluded"] = record.get("exclusion_reason")
+    for name, part in (record.get("orders") or {}).items():
+        if isinstance(part, dict):
+            out[f"{name} P(own)"] = part.get("p_own")
+    return out
+
+
+# cell column stem -> the agreement block's key
+_AGREE = {"pl_agree_recognition": "placebo_recognition", "pl_pref_agree_recognition": "preference_recognition"}
+
+
+def _rate_columns(stats: Dict[str, Any], column: str) -> Dict[str, float]:
+    """{column: rate, column_ci_low, column_ci_high} of a proportion block (NaN when absent)."""
+    return {column: number(stats.get("rate")), f"{column}_ci_low": number(stats.get("ci_low")),
+            f"{column}_ci_high": number(stats.get("ci_high"))}
+
+
+def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
+    """summary.json's block flattened into the analysis' cell frame (pl_*; {} block: an older cell)."""
+    agree = block(summary_block, "agreement")
+    alike = summary_block.get("alike")
+    return {"pl_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
+            "pl_question": summary_block.get("question"),
+            **numbers(block(summary_block, "accuracy"), "pl_accuracy", CI_FIELDS),
+            **numbers(block(summary_block, "accuracy_logodds"), "pl_accuracy_logodds", CI_FIELDS),
+            **{k: v for column, key in _AGREE.items() for k, v in _rate_columns(block(agree, key), column).items()},
+            "pl_n_agreement": number(agree.get("n_agreement")),
+            "pl_alike": alike if isinstance(alike, bool) else None,
+            **numbers(summary_block, "pl", {"n": "n", "n_excluded": "n_excluded"}),
+            "pl_reason": str(summary_block.get("reason") or "")}
+
+
+class PlaceboMeasurement(Measurement):
+    """The placebo question as a measurement plug-in: its requests join the cell's judge batch; per item its
+    pairwise verdict with the truth, in summary.json accuracy and agreement with recognition."""
+
+    name = item_key = summary_key = FIELD
+    prefix = "pl"
+    omit_missing = True  # only judged pairs get the question
+    cell_column_names = ("pl_enabled", "pl_question", *(f"pl_accuracy_{k}" for k in CI_FIELDS),
+                         *(f"pl_accuracy_logodds_{k}" for k in CI_FIELDS),
+                         *(f"{column}{k}" for column in _AGREE for k in ("", "_ci_low", "_ci_high")),
+                         "pl_n_agreement", "pl_alike", "pl_n", "pl_n_excluded", "pl_reason")
+    item_column_names = ("pl_score", "pl_logodds", "pl_truth", "pl_correct")
+
+    def prepare(self, inputs, judge, judge_cfg) -> Stage:
+        spec = inputs.spec
+        return placebo_stage(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs)
+
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+        return score_placebo(stage, dists, min_mass)
+
+    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+        """Without the cell's items: accuracy only, no agreement (the cell calls summarize_items)."""
+        return self.summarize_items(stage, inputs, ())
+
+    def summarize_items(self, stage: Stage, inputs, items: Sequence[Item]) -> Dict[str, Any]:
+        spec = inputs.spec
+        return summarize_placebo(stage, items, SettingName(spec.setting).value, float(spec.bootstrap.confidence))
+
+    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+        return format_placebo(summary_block)
+
+    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+        return placebo_cell_columns(summary_block)
+
+    def item_columns(self, record: Any) -> Dict[str, Any]:
+        record = record if isinstance(record, dict) else {}
+        return {**numbers(record, "pl", {"score": "score", "logodds": "logodds", "correct": "correct"}),
+                "pl_truth": record.get("truth")}
+
+    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+        return view_placebo(record)
