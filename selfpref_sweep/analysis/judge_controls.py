@@ -24,7 +24,8 @@ TEXT = (
     "One line per cell. *Competence*: can the judge tell this article's summary from another article's (log-odds "
     "of the right answer beyond any position bias, pass rule in the cell's `judge_competence` block)? "
     "*Placebo*: does it answer a question whose answer is in the text (which summary is longer?) above chance "
-    "(the CI of its mean P(correct) above ½)? *Alike*: does the placebo's choice follow the recognition choice at "
+    "(the CI of its log-odds of the right answer above 0, as the competence control reads it; the column shows "
+    "the log-odds and the paper scale)? *Alike*: does the placebo's choice follow the recognition choice at "
     "least as often as the preference choice does? If so, the recognition-preference link is the judge answering "
     "every question alike. *Recognition accuracy* and *AUROC* read the recognition answers as a classifier "
     "(AUROC is position-free; ½ = chance). A cell's self-recognition and self-preference results mean something "
@@ -46,11 +47,15 @@ def _number(value: Any) -> float:
 
 
 def placebo_read(cell: pd.Series) -> Optional[bool]:
-    """True: the placebo's accuracy CI lies above ½; False: it does not; None: no placebo measured."""
+    """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
+    answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
+    ½; False: it is not; None: no placebo measured."""
     if _flag(cell.get("pl_enabled")) is not True:
         return None
-    low = _number(cell.get("pl_accuracy_ci_low"))
-    return bool(low > 0.5) if math.isfinite(low) else False
+    low, chance = _number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
+    if not math.isfinite(low):
+        low, chance = _number(cell.get("pl_accuracy_ci_low")), 0.5
+    return bool(low > chance) if math.isfinite(low) else False
 
 
 def verdict(cell: pd.Series) -> str:
@@ -83,7 +88,9 @@ def _competence(cell: pd.Series) -> str:
 def _placebo(cell: pd.Series) -> tuple[str, str]:
     if cell.get("pl_enabled") is not True:
         return NOT_RUN, NOT_RUN
-    accuracy = f"{fmt(cell['pl_accuracy_mean'])} {fmt_ci(cell['pl_accuracy_ci_low'], cell['pl_accuracy_ci_high'])}"
+    accuracy = (f"log-odds {fmt(cell.get('pl_accuracy_logodds_mean'))} "
+                f"{fmt_ci(cell.get('pl_accuracy_logodds_ci_low'), cell.get('pl_accuracy_logodds_ci_high'))}; "
+                f"P(correct) {fmt(cell['pl_accuracy_mean'])}")
     alike = _flag(cell.get("pl_alike"))
     agreement = (f"placebo {fmt(cell['pl_agree_recognition'])} vs preference "
                  f"{fmt(cell['pl_pref_agree_recognition'])}")
@@ -101,7 +108,7 @@ def _classifier(cell: pd.Series) -> tuple[str, str]:
 def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the controls and the verdict (cells sorted by evaluator, setting, dataset, source)."""
     cols = ["evaluator", "setting", "dataset", "other source", "competence (log-odds [95% CI])",
-            "placebo accuracy [95% CI]", "placebo vs preference: agreement with recognition",
+            "placebo: right answer (log-odds [95% CI]; P(correct))", "placebo vs preference: agreement with recognition",
             "recognition accuracy [95% CI]", "recognition AUROC", "verdict"]
     if cells.empty:
         return pd.DataFrame(columns=cols)
