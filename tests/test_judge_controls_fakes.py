@@ -153,3 +153,7 @@ def test_the_report_says_which_cells_mean_something(compose_cfg, tmp_path):
     # placebo ("which is longer?") is answered wrong: it does not read the question, or answers alike.
     assert table.loc["alike_eval", "verdict"].startswith("uninformative")
     assert J.verdict(pd.Series({"jc_passed": True})) == "unknown: placebo not run or too few articles"
+    # An individual cell whose judge passes its (individual) competence control but not the pairwise placebo.
+    cell = {"jc_passed": True, "pl_enabled": True, "pl_accuracy_logodds_ci_low": -0.1, "pl_alike": False}
+    assert J.verdict(pd.Series({**cell, "setting": "pairwise"})).startswith("uninformative: the judge does not")
+    assert J.verdict(pd.Series({**cell, "setting": "individual"})).startswith("informative, with a caveat")

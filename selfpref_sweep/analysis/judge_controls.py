@@ -25,7 +25,8 @@ TEXT = (
     "of the right answer beyond any position bias, pass rule in the cell's `judge_competence` block)? "
     "*Placebo*: does it answer a question whose answer is in the text (which summary is longer?) above chance "
     "(the CI of its log-odds of the right answer above 0, as the competence control reads it; the column shows "
-    "the log-odds and the paper scale)? *Alike*: does the placebo's choice follow the recognition choice at "
+    "the log-odds and the paper scale)? The placebo is asked pairwise in every cell, so in an individual cell a "
+    "placebo not answered says the judge cannot do the pairwise format, and only qualifies the verdict. *Alike*: does the placebo's choice follow the recognition choice at "
     "least as often as the preference choice does? If so, the recognition-preference link is the judge answering "
     "every question alike. *Recognition accuracy* and *AUROC* read the recognition answers as a classifier "
     "(AUROC is position-free; ½ = chance). A cell's self-recognition and self-preference results mean something "
@@ -61,15 +62,21 @@ def placebo_read(cell: pd.Series) -> Optional[bool]:
 def verdict(cell: pd.Series) -> str:
     """The cell's reading in words: informative, or the first reason it is not (or what was not run)."""
     competence, placebo, alike = _flag(cell.get("jc_passed")), placebo_read(cell), _flag(cell.get("pl_alike"))
+    # The placebo is always asked pairwise; in an individual cell its accuracy speaks to the pairwise format, not
+    # to the cell's own questions, so there it qualifies the verdict instead of deciding it.
+    individual = cell.get("setting") == "individual"
     if competence is False:
         return "uninformative: the judge failed the competence control"
-    if placebo is False:
+    if placebo is False and not individual:
         return "uninformative: the judge does not answer the placebo question (does not read the question)"
     if alike is True:
         return "uninformative: the judge answers recognition, preference and the placebo alike"
     missing = [name for name, value in (("competence", competence), ("placebo", placebo)) if value is None]
     if missing:
         return f"unknown: {' and '.join(missing)} {NOT_RUN} or too few articles"
+    if placebo is False:
+        return ("informative, with a caveat: the judge passes the individual competence control and does not answer "
+                "alike, but the placebo, asked pairwise, was not answered above chance")
     return "informative: the judge passes every control"
 
 
