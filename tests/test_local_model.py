@@ -110,8 +110,10 @@ def test_end_to_end_cell_with_qwen05(compose_cfg, tmp_path):
     assert summary["n_excluded"] + summary["recognition"]["n"] == 2
     items = [json.loads(x) for x in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     assert all(it["own_summary"] for it in items)
-    # summaries, both questions, the competence control, familiarity (one scoring pass per summary)
-    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2 + 2 * 2
+    # summaries, both questions, the competence control, familiarity (one scoring pass per summary), the placebo
+    # question (both orders; auto is on for a local judge). The recognition classifier makes no calls.
+    assert summary["model_calls"] == 2 + 2 * 2 * 2 + 2 * 2 + 2 * 2 + 2 * 2
+    assert summary["placebo"]["enabled"] is True and summary["recognition_classifier"]["enabled"] is True
     assert summary["familiarity"]["enabled"] is True and summary["familiarity"]["n"] == 2
     assert run_cell(resolve_cell(cfg), tmp_path / "again")["model_calls"] == 0
 
