@@ -22,15 +22,22 @@ def hit(score: float, rival: float) -> float:
     return 1.0 if score > rival else 0.5 if score == rival else 0.0
 
 
+def wilson(successes: float, n: int, confidence: float) -> tuple[float, float]:
+    """The Wilson interval of `successes` out of n (n > 0): it stays inside [0, 1] and is not zero-width at n of
+    n."""
+    low, high = proportion_confint(successes, n, alpha=1.0 - confidence, method="wilson")
+    return float(low), float(high)
+
+
 def proportion(hits: Sequence[float], confidence: float) -> Dict[str, Optional[float]]:
-    """The share of hits (each 1, 1/2 or 0) with its Wilson interval, which stays inside [0, 1] and is not
-    zero-width at n of n; value and interval null without readings."""
+    """The share of hits (each 1, 1/2 or 0) with its Wilson interval; value and interval null without
+    readings."""
     n = len(hits)
     if n == 0:
         return {"value": None, "ci_low": None, "ci_high": None, "n": 0}
     k = float(np.sum(hits))
-    low, high = proportion_confint(k, n, alpha=1.0 - confidence, method="wilson")
-    return {"value": k / n, "ci_low": float(low), "ci_high": float(high), "n": n}
+    low, high = wilson(k, n, confidence)
+    return {"value": k / n, "ci_low": low, "ci_high": high, "n": n}
 
 
 def auroc(labels: Sequence[bool], scores: Sequence[float]) -> Dict[str, Any]:

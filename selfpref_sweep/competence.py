@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
 from .data import Article, Dataset
 from .judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
-from .measurements import CI_FIELDS, Measurement, Stage, block as sub_block, number, numbers
+from .measurements import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
 from .models.base import AnswerRequest
 from .pairs import Pair
 from .scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
@@ -178,11 +178,6 @@ def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict
     return {**block, "calls_sampled": control.n_requests, "summaries": control.summaries}
 
 
-def _ci_text(mean: Any, low: Any, high: Any) -> str:
-    ci = "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
-    return f"{mean:.3f}{ci}"
-
-
 def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
     """The control's line in the printed cell result (an older block, without log-odds, on the paper's scale)."""
     if not block:
@@ -192,8 +187,8 @@ def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
     if block.get("mean") is None:
         return f"  judge competence  n/a (no scored articles; excluded {block['n_excluded']} {block['exclusions']})"
     logodds = block.get("logodds") or {}
-    paper = f"P(correct) {_ci_text(block['mean'], block.get('ci_low'), block.get('ci_high'))}"
-    scores = (f"log-odds {_ci_text(logodds['mean'], logodds.get('ci_low'), logodds.get('ci_high'))}, {paper}"
+    paper = f"P(correct) {estimate_text(block)}"
+    scores = (f"log-odds {estimate_text(logodds)}, {paper}"
               if logodds.get("mean") is not None else paper)
     setting = block.get("setting") or SettingName.pairwise.value
     question = QUESTION_TEXT.get(setting, QUESTION_TEXT[SettingName.pairwise.value])

@@ -34,7 +34,7 @@ from .data import Article
 from .errors import ConfigError
 from .models import backend_class, model_identity
 from .models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
-from .measurements import CI_FIELDS, Measurement, Stage, block, numbers
+from .measurements import CI_FIELDS, Measurement, Stage, block, interval_text, numbers
 from .classifier_metrics import proportion
 from .pairs import Pair
 from .scoring import article_mean
@@ -254,10 +254,6 @@ def _mean(values: Sequence[float]) -> Optional[float]:
     return sum(values) / len(values) if values else None
 
 
-def _ci(stats: Dict[str, Any]) -> str:
-    return "" if stats.get("ci_low") is None else f" [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
-
-
 def format_familiarity(block: Optional[Dict[str, Any]]) -> Optional[str]:
     """The stage's line in the printed cell result (and the reference's, when the block has one)."""
     if not block:
@@ -267,8 +263,8 @@ def format_familiarity(block: Optional[Dict[str, Any]]) -> Optional[str]:
     diff, lr = block["mean_difference"], block["likelihood_recognition"]
     if diff["mean"] is None:
         return f"  familiarity       n/a (no item with both summaries scored; {block['n_missing']} missing)"
-    line = (f"  familiarity       own - other log-likelihood/token {diff['mean']:+.3f}{_ci(diff)}; "
-            f"likelihood recognizer {lr['mean']:.3f}{_ci(lr)} (n={block['n']})")
+    line = (f"  familiarity       own - other log-likelihood/token {diff['mean']:+.3f}{interval_text(diff)}; "
+            f"likelihood recognizer {lr['mean']:.3f}{interval_text(lr)} (n={block['n']})")
     ref = block.get(REFERENCE)
     return line if ref is None else line + "\n" + format_reference(ref, block.get(SELF_SPECIFIC) or {})
 
@@ -280,9 +276,9 @@ def format_reference(ref: Dict[str, Any], self_specific: Dict[str, Any]) -> str:
     diff, lr = ref["mean_difference"], ref["likelihood_recognition"]
     if diff["mean"] is None or self_specific.get("mean") is None:
         return f"  familiarity ref   {ref['model']}: n/a (no item scored by both models)"
-    return (f"  familiarity ref   {ref['model']}: own - other {diff['mean']:+.3f}{_ci(diff)}, recognizer "
-            f"{lr['mean']:.3f}{_ci(lr)}; self-specific (judge - reference) {self_specific['mean']:+.3f}"
-            f"{_ci(self_specific)} (n={ref['n']})")
+    return (f"  familiarity ref   {ref['model']}: own - other {diff['mean']:+.3f}{interval_text(diff)}, recognizer "
+            f"{lr['mean']:.3f}{interval_text(lr)}; self-specific (judge - reference) {self_specific['mean']:+.3f}"
+            f"{interval_text(self_specific)} (n={ref['n']})")
 
 
 class FamiliarityMeasurement(Measurement):

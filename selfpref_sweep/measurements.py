@@ -169,6 +169,16 @@ def block(record: Any, *path: str) -> Dict[str, Any]:
 CI_FIELDS = {"mean": "mean", "ci_low": "ci_low", "ci_high": "ci_high"}
 
 
+def interval_text(stats: Mapping[str, Any]) -> str:
+    """" [low, high]" of a block's interval for a printed result; "" when it has none."""
+    return "" if stats.get("ci_low") is None else f" [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
+
+
+def estimate_text(stats: Mapping[str, Any], key: str = "mean") -> str:
+    """A block's estimate with its interval for a printed result ("0.512 [0.501, 0.523]"); "n/a" without one."""
+    return "n/a" if stats.get(key) is None else f"{stats[key]:.3f}{interval_text(stats)}"
+
+
 def numbers(source: Dict[str, Any], prefix: str, fields: Mapping[str, str]) -> Dict[str, float]:
     """{prefix_column: the block's number under key} for each column: key of ``fields`` (NaN when absent)."""
     return {f"{prefix}_{column}": number(source.get(key)) for column, key in fields.items()}

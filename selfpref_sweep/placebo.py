@@ -28,11 +28,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .classifier_metrics import wilson
 from .config import JudgeConfig, ModelConfig, SettingName, Switch
 from .errors import ConfigError
 from .finetune import labels as L
 from .judging import ItemRequests, pairwise_requests
-from .measurements import CI_FIELDS, Measurement, Stage, block, number, numbers
+from .measurements import CI_FIELDS, Measurement, Stage, block, estimate_text, number, numbers
 from .pairs import Pair
 from .record import Item, verdict_of
 from .scoring import article_mean, score_items
@@ -149,13 +150,11 @@ def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, di
 
 # ---------------------------------------------------------------------------------------- summary.json
 def proportion(successes: int, n: int, confidence: float) -> Dict[str, Any]:
-    """A proportion of n with its Wilson interval (statsmodels); nulls without items."""
-    from statsmodels.stats.proportion import proportion_confint
-
+    """A proportion of n with its Wilson interval (classifier_metrics.wilson); nulls without items."""
     if n <= 0:
         return {"rate": None, "ci_low": None, "ci_high": None, "count": 0}
-    low, high = proportion_confint(successes, n, alpha=1.0 - confidence, method="wilson")
-    return {"rate": successes / n, "ci_low": float(low), "ci_high": float(high), "count": int(successes)}
+    low, high = wilson(successes, n, confidence)
+    return {"rate": successes / n, "ci_low": low, "ci_high": high, "count": int(successes)}
 
 
 def choice(logodds: Optional[float]) -> int:
@@ -230,13 +229,6 @@ def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confide
 
 
 # ------------------------------------------------------------------------------------------- read back
-def _ci(stats: Mapping[str, Any], key: str = "mean") -> str:
-    if stats.get(key) is None:
-        return "n/a"
-    ci = "" if stats.get("ci_low") is None else f" [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
-    return f"{stats[key]:.3f}{ci}"
-
-
 def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
     """The placebo's line in the printed cell result."""
     if not summary_block:
@@ -244,13 +236,13 @@ def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
     if not summary_block.get("enabled"):
         return f"  placebo question  off ({summary_block.get('reason')})"
     agree = block(summary_block, "agreement")
-    head = (f"  placebo question  {summary_block.get('question')}: accuracy {_ci(block(summary_block, 'accuracy'))} "
+    head = (f"  placebo question  {summary_block.get('question')}: accuracy {estimate_text(block(summary_block, 'accuracy'))} "
             f"(n={summary_block.get('n')}, ties {summary_block.get('n_ties')}, excluded "
             f"{summary_block.get('n_excluded')})")
     if not agree.get("n_agreement"):
         return head + "; no item to set against recognition"
-    line = (f"{head}; agrees with recognition {_ci(block(agree, 'placebo_recognition'), 'rate')}, preference "
-            f"agrees with recognition {_ci(block(agree, 'preference_recognition'), 'rate')} "
+    line = (f"{head}; agrees with recognition {estimate_text(block(agree, 'placebo_recognition'), 'rate')}, preference "
+            f"agrees with recognition {estimate_text(block(agree, 'preference_recognition'), 'rate')} "
             f"(n={agree['n_agreement']})")
     if summary_block.get("alike") is True:
         line += ": the judge answers these questions alike"
