@@ -137,3 +137,70 @@ def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() 
 
     assert sim.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")
     assert set(sim.CONTROL_ARMS) == {t.value for t in FinetuneTaskName} - {"none", "recognition"}
+
+
+def _one_cell(setting: str = "pairwise", n: int = 10, seed: int = 5) -> tuple[pd.DataFrame, list]:
+    """The drawn items of one simulated cell, and the same items as the cell writes them (record.Item)."""
+    from selfpref_sweep.record import CELL_KEYS, CellCoordinates
+
+    items = sim.draw_items(sim.CoverageDesign().spec(setting, n), np.random.default_rng(seed))
+    cell = items[items["cell_id"] == items["cell_id"].iloc[0]]
+    coords = CellCoordinates(**{k: sim._plain(cell.iloc[0][k]) for k in CELL_KEYS})
+    return cell, sim._cell_items(cell, coords)
+
+
+def _truth_row(cell: pd.DataFrame, **values: float) -> cov.Truth:
+    first = cell.iloc[0]
+    row = {"dataset": first["dataset"], "evaluator_variant": first["evaluator_variant"], "source": first["source"],
+           **{f"{q}_{s}": 0.0 for q in ("rec", "pref") for s in ("paper", "logodds")},
+           "rec_acc": 0.5, "rec_acc_forward": 0.5, "rec_acc_backward": 0.5, **values}
+    return cov.Truth(units=pd.DataFrame(), points=pd.DataFrame([row]), diffs=pd.DataFrame())
+
+
+def test_cell_rows_score_the_intervals_the_cell_prints() -> None:
+    """A truth just inside the printed interval counts as covered, one just outside as missed: the rows score
+    the cell's own CI (scoring.question_stats) and the classifier's own Wilson interval (pairwise_metrics)."""
+    from selfpref_sweep.recognition_classifier import pairwise_metrics
+    from selfpref_sweep.scoring import question_stats
+
+    cell, items = _one_cell()
+    printed_mean = question_stats(items, "recognition", 0.95).logodds
+    printed_acc = pairwise_metrics([it.verdicts["recognition"] for it in items], 10, 0.95)["accuracy_forward"]
+    eps = 1e-9
+    for shift, expected in ((+eps, 1), (-eps, 0)):
+        counts: cov.Counts = {}
+        truth = _truth_row(cell, rec_logodds=printed_mean["ci_low"] + shift,
+                           rec_acc_forward=printed_acc["ci_low"] + shift)
+        cov.cell_counts(cell, truth, counts)
+        assert counts["cell|rec|logodds"] == [expected, 1, 0]
+        assert counts["acc|forward"] == [expected, 1, 0]
+    assert 0.0 < printed_acc["ci_low"] < printed_acc["value"]  # a real interval, not a degenerate one
+
+
+def test_the_per_source_test_rejects_a_false_truth_and_holm_counts_families() -> None:
+    cell, _ = _one_cell()
+    mean = float(cell["rec_logodds"].mean())
+    other = cell.assign(source="other", cell_id=cell["cell_id"] + "|other")
+    both = pd.concat([cell, other])
+    points = pd.concat([_truth_row(cell, rec_logodds=mean).points,
+                        _truth_row(other, rec_logodds=mean + 10.0).points])
+    counts: cov.Counts = {}
+    cov.cell_counts(both, cov.Truth(units=pd.DataFrame(), points=points, diffs=pd.DataFrame()), counts)
+    assert counts["srcp|logodds"] == [1, 2, 0]  # the true mean is not rejected, a mean 10 away is
+    assert counts["srcholm|logodds"] == [1, 1, 0]  # one family of two sources, and it made an error
+
+
+@pytest.mark.parametrize("setting", ["pairwise", "individual"])
+def test_the_true_accuracy_is_what_many_articles_give(setting: str) -> None:
+    spec = sim.CoverageDesign().spec(setting, 4000)
+    items = sim.draw_items(spec, np.random.default_rng(11))
+    truth = sim.coverage_truth(spec).points.set_index(["dataset", "evaluator_variant", "source"])
+    for key, sub in items.groupby(["dataset", "evaluator_variant", "source"]):
+        t = truth.loc[key]
+        forward, backward = sub["rec_p_forward"] > 0.5, sub["rec_p_backward"] > 0.5
+        assert 0.5 * (forward.mean() + backward.mean()) == pytest.approx(t["rec_acc"], abs=0.025)
+        if setting == "pairwise":
+            assert forward.mean() == pytest.approx(t["rec_acc_forward"], abs=0.025)
+            assert backward.mean() == pytest.approx(t["rec_acc_backward"], abs=0.025)
+        else:
+            assert math.isnan(t["rec_acc_forward"])

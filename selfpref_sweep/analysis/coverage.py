@@ -23,8 +23,12 @@ from .fit import (
     GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, FitResult,
     condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_specificities,
 )
+from ..classifier_metrics import hit, proportion
 from ..record import QUESTION_PREFIX
+from ..scoring import article_mean
+from .paired import holm
 from .resample import METHODS, RESAMPLE_CORRECTED, true_resampled
+from .sources import article_test
 from .units import SCALES
 
 ALPHA = 0.05
@@ -71,7 +75,21 @@ def _rows() -> list[Row]:
     for scale in SCALES:
         for q, name in _QUESTIONS.items():
             rows.append(Row(f"trend|{q}|{scale}", "coverage", f"dose trend of Δ {name} CI, {scale}"))
-    return rows + _resampled_rows()
+    return rows + _cell_rows() + _resampled_rows()
+
+
+# The per-cell rows: what summary.json and the per-source table print for one evaluator against one source.
+_ORDERS = {"all": "over both orders", "forward": "own shown first", "backward": "own shown second"}
+
+
+def _cell_rows() -> list[Row]:
+    rows = [Row(f"cell|{q}|{scale}", "coverage", f"cell mean CI (one source, as summary.json), {name}, {scale}")
+            for scale in SCALES for q, name in _QUESTIONS.items()]
+    rows += [Row("srcp|logodds", "size", "per-source t test (raw), true cell log-odds as the null"),
+             Row("srcholm|logodds", "size", "per-source Holm family-wise error across a group's sources")]
+    rows += [Row(f"acc|{order}", "coverage", f"recognition accuracy Wilson CI (classifier), {name}")
+             for order, name in _ORDERS.items()]
+    return rows
 
 
 # The joint article resample's rows (resample.py), both methods: "rs" corrected, "rsols" uncorrected.
@@ -242,9 +260,57 @@ def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts
         _add(counts, f"{_RS_TAGS[f.method][0]}|{f.what}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
 
 
-def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any]) -> Counts:
-    """Every row's [hits, trials, no interval] in one simulated sweep."""
+def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: float = 1 - ALPHA) -> None:
+    """Per cell (one evaluator variant against one source): the cell's mean CI on each scale as summary.json
+    computes it (scoring.article_mean over the cell's articles) against the true cell value; the per-source
+    table's t test (sources.article_test) of "the cell's log-odds mean is its true value", raw and Holm-adjusted
+    across the sources of one variant and dataset (its family); and the recognition classifier's Wilson
+    accuracy (recognition_classifier: P(own) > 1/2 per order, each item's two orders averaged) against its
+    truth (coverage_truth)."""
+    keys = ["dataset", "evaluator_variant", "source"]
+    true = {tuple(str(r[k]) for k in keys): r for r in truth.points.to_dict("records")}
+    families: dict[tuple, list[tuple[float, float]]] = {}
+    for (dataset, variant, source), sub in items.groupby(keys, sort=False):
+        t = true.get((str(dataset), str(variant), str(source)))
+        if t is None:
+            continue
+        for q in _QUESTIONS:
+            kept = sub[~sub[f"{q}_excluded"].astype(bool)]
+            articles = kept["article_id"].astype(str).tolist()
+            for scale, column in (("paper", "score"), ("logodds", "logodds")):
+                ci = article_mean(kept[f"{q}_{column}"].to_numpy(float), articles, confidence,
+                                  bounded=scale == "paper")
+                hit_ = None if ci["ci_low"] is None else covers(ci["ci_low"], ci["ci_high"], t[f"{q}_{scale}"])
+                _add(counts, f"cell|{q}|{scale}", hit_)
+            if q == "rec":
+                _accuracy_counts(kept, t, counts, confidence)
+                per_article = kept["rec_logodds"].groupby(kept["article_id"]).mean()
+                p = article_test(per_article.to_numpy(float), float(t["rec_logodds"]))["p"]
+                _add(counts, "srcp|logodds", p < ALPHA if math.isfinite(p) else None)
+                families.setdefault((dataset, variant), []).append(p)
+    for ps in families.values():
+        ps = [p for p in ps if math.isfinite(p)]
+        if len(ps) >= 2:
+            _add(counts, "srcholm|logodds", bool(np.any(holm(np.asarray(ps)) < ALPHA)))
+
+
+def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, confidence: float) -> None:
+    forward = [hit(p, 0.5) for p in kept["rec_p_forward"].to_numpy(float)]
+    backward = [hit(p, 0.5) for p in kept["rec_p_backward"].to_numpy(float)]
+    hits = {"all": [0.5 * (f + b) for f, b in zip(forward, backward)], "forward": forward, "backward": backward}
+    for order in _ORDERS if "rec_acc_forward" in t and math.isfinite(t["rec_acc_forward"]) else ("all",):
+        ci = proportion(hits[order], confidence)
+        truth_key = "rec_acc" if order == "all" else f"rec_acc_{order}"
+        _add(counts, f"acc|{order}", None if ci["ci_low"] is None else covers(ci["ci_low"], ci["ci_high"],
+                                                                              t[truth_key]))
+
+
+def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any],
+               items: Optional[pd.DataFrame] = None) -> Counts:
+    """Every row's [hits, trials, no interval] in one simulated sweep (the per-cell rows need its ``items``)."""
     counts: Counts = {}
+    if items is not None:
+        cell_counts(items, truth, counts)
     unit_counts(res, truth, counts)
     diff_counts(res, truth, counts)
     fit_counts(res, true_fits, counts)

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from .classifier import OVERALL_CONSERVATIVE
 from .tables import DASH, fmt, fmt_ci
 
 NAME = "judge_controls"
@@ -29,7 +30,7 @@ TEXT = (
     "placebo not answered says the judge cannot do the pairwise format, and only qualifies the verdict. *Alike*: does the placebo's choice follow the recognition choice at "
     "least as often as the preference choice does? If so, the recognition-preference link is the judge answering "
     "every question alike. *Recognition accuracy* and *AUROC* read the recognition answers as a classifier "
-    "(AUROC is position-free; ½ = chance). A cell's self-recognition and self-preference results mean something "
+    "(AUROC is position-free; ½ = chance). " + OVERALL_CONSERVATIVE + " A cell's self-recognition and self-preference results mean something "
     "only where the verdict is \"informative\"; a control that was not run is named, not counted as passed."
 )
 

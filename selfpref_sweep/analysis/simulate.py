@@ -440,6 +440,19 @@ class CoverageDesign:
             source_effects=self.source_effects, shared_article_effect=True)
 
 
+def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> dict[str, float]:
+    """The recognition classifier's true accuracy in a cell whose mean log-odds is ``signal``: an order is right
+    when its P(own) > 1/2, i.e. when the item's signal (mean + article effect + noise, normal) shifted by the
+    order's position bias is above 0. Over both orders each item counts once, the mean of its two hits.
+    Individual: one reading (own above other), no per-order figures."""
+    sd = math.hypot(spec.article_sd, spec.noise)
+    forward, backward = stats.norm.cdf((signal + position_bias) / sd), stats.norm.cdf((signal - position_bias) / sd)
+    pairwise = spec.setting == "pairwise"
+    return {"rec_acc": float(0.5 * (forward + backward)),
+            "rec_acc_forward": float(forward) if pairwise else math.nan,
+            "rec_acc_backward": float(backward) if pairwise else math.nan}
+
+
 def coverage_truth(spec: SimulationSpec) -> Truth:
     """The true cells, paper units and fine-tuned-vs-base Δs of a design, on both scales."""
     rows = []
@@ -455,7 +468,7 @@ def coverage_truth(spec: SimulationSpec) -> Truth:
                 for q, signal, question in (("rec", v.recognition, "recognition"), ("pref", v.preference, "preference")):
                     row[f"{q}_logodds"] = signal + spec.source_effect(source)
                     row[f"{q}_paper"] = expected_paper_score(signal, one, question, v.position_bias)
-                rows.append(row)
+                rows.append({**row, **true_accuracy(row["rec_logodds"], v.position_bias, spec)})
     points = pd.DataFrame(rows)
     values = [f"{q}_{s}" for s in ("paper", "logodds") for q in ("rec", "pref")]
     keys = ["setting", "label", "dataset", "transfer", "evaluator_variant", "finetune_task", "finetune_n_articles"]
@@ -482,7 +495,7 @@ def coverage_rep(task: tuple[CoverageDesign, str, int, int, int]) -> dict[str, A
     items = draw_items(design.spec(setting, n_articles), rng)
     truth, fits = _truths(design, setting, n_articles)
     return {"setting": setting, "n_articles": n_articles, "rep": rep, "seed": seed,
-            "design": asdict(design), "counts": rep_counts(analyse(items), truth, fits)}
+            "design": asdict(design), "counts": rep_counts(analyse(items), truth, fits, items)}
 
 
 def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts: Sequence[int], reps: int,
