@@ -20,7 +20,7 @@ from selfpref_sweep.analysis.fit import LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT
 from selfpref_sweep.analysis.load import load_sweeps
 from selfpref_sweep.analysis.items_view import collect_items
 from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import JUDGE_FAILED, quality_table
+from selfpref_sweep.analysis.tables import COMPETENCE_COLUMN, JUDGE_FAILED, quality_table
 from selfpref_sweep.analysis.units import paper_units
 
 from .test_analysis import NO_WANDB, write_cell
@@ -184,6 +184,11 @@ def test_quality_columns_read_defensively(tmp_path: Path) -> None:
     patch_summary(new, lambda s: s.update(judge_competence={
         "enabled": True, "mean": 0.91, "ci_low": 0.85, "ci_high": 0.95, "n": 14, "n_excluded": 0, "exclusions": {},
         "threshold": 0.6, "passed": True, "calls_sampled": 28}))
+    logodds = write_cell(sweep, 3, source="paper_claude")
+    patch_summary(logodds, lambda s: s.update(judge_competence={
+        "enabled": True, "setting": "individual", "mean": 0.62, "ci_low": 0.55, "ci_high": 0.69, "n": 10,
+        "n_excluded": 0, "exclusions": {}, "logodds": {"mean": 0.94, "ci_low": 0.6, "ci_high": 1.28},
+        "threshold": 0.405, "passed": True, "calls_sampled": 20}))
     off = write_cell(sweep, 1, source="paper_gpt4")
     patch_summary(off, lambda s: s.update(judge_competence={"enabled": False, "reason": "off for API models"},
                                           recognition={**s["recognition"], "mde": {"value": None, "n_articles": 1}}))
@@ -192,11 +197,13 @@ def test_quality_columns_read_defensively(tmp_path: Path) -> None:
     table = quality_table(cells).set_index("source")
     assert table.loc["human", "recognition: smallest detectable effect"] == (
         "with n=14 articles, effects smaller than ±0.040 could not be seen")
-    assert table.loc["human", "judge competence: P(correct) [95% CI]"] == "0.910 [0.850, 0.950] (n=14)"
+    assert table.loc["human", COMPETENCE_COLUMN] == "paper scale 0.910 [0.850, 0.950] (n=14)"
     assert table.loc["human", "judge"] == "passed"
-    assert table.loc["paper_gpt4", "judge competence: P(correct) [95% CI]"] == "off (off for API models)"
+    assert table.loc["paper_claude", COMPETENCE_COLUMN] == (
+        "log-odds 0.940 [0.600, 1.280]; paper scale 0.620 [0.550, 0.690] (n=10)")
+    assert table.loc["paper_gpt4", COMPETENCE_COLUMN] == "off (off for API models)"
     assert "n=1 articles: too few" in table.loc["paper_gpt4", "recognition: smallest detectable effect"]
-    assert table.loc["gemma270", "judge competence: P(correct) [95% CI]"] == "— (not recorded)"
+    assert table.loc["gemma270", COMPETENCE_COLUMN] == "— (not recorded)"
     assert table.loc["gemma270", "recognition: smallest detectable effect"] == "—"
     assert cells.set_index("source").loc["human", "rec_logodds_mean"] == 0.8
     # Older cells without log-odds: only the paper's scale is fitted, and the report says why.

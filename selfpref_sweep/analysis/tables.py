@@ -395,14 +395,23 @@ def mde_sentence(value: Any, n_articles: Any, scale: Any = "paper") -> str:
     return f"with n={n} articles, effects smaller than ±{v}{unit} could not be seen"
 
 
+COMPETENCE_COLUMN = "judge competence [95% CI]"
+
+
 def competence_text(cell: pd.Series) -> str:
-    """The judge-competence control of one cell: mean P(correct) [CI] (n), or why there is none."""
+    """The judge-competence control of one cell: its log-odds [CI] (the scale the pass rule reads) and its paper
+    scale [CI] (pairwise: P(correct); individual: P(Yes) for the true summary over both summaries' P(Yes)), with
+    n; an older cell without log-odds gives the paper scale alone; or why there is none."""
     if cell.get("jc_enabled") is None:
         return f"{DASH} (not recorded)"
     if not cell.get("jc_enabled"):
         return f"off ({cell.get('jc_reason')})" if cell.get("jc_reason") else "off"
-    est = _est_ci(cell["jc_mean"], cell["jc_ci_low"], cell["jc_ci_high"], FLAT_ARTICLES)
-    return f"{est} (n={fmt_int(cell['jc_n'])})"
+    paper = "paper scale " + _est_ci(cell["jc_mean"], cell["jc_ci_low"], cell["jc_ci_high"], FLAT_ARTICLES)
+    logodds = pd.to_numeric(pd.Series([cell.get("jc_logodds_mean")]), errors="coerce").iloc[0]
+    if math.isfinite(logodds):
+        ci = _est_ci(logodds, cell.get("jc_logodds_ci_low"), cell.get("jc_logodds_ci_high"), FLAT_ARTICLES)
+        paper = f"log-odds {ci}; {paper}"
+    return f"{paper} (n={fmt_int(cell['jc_n'])})"
 
 
 def judge_verdict(cell: pd.Series) -> str:
@@ -423,7 +432,7 @@ def failed_judges(cells: pd.DataFrame) -> pd.DataFrame:
 
 def failed_judges_table(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells whose judge failed the competence control, with the control's result."""
-    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", "judge competence: P(correct) [95% CI]",
+    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", COMPETENCE_COLUMN,
             "threshold"]
     return _table(failed_judges(cells), cols, lambda c: [
         c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
@@ -433,7 +442,7 @@ def failed_judges_table(cells: pd.DataFrame) -> pd.DataFrame:
 def quality_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the smallest detectable effect of each question and the judge-competence control."""
     cols = ["cell", "evaluator", "source", "dataset", "setting", "label", "recognition: smallest detectable effect",
-            "preference: smallest detectable effect", "judge competence: P(correct) [95% CI]", "judge"]
+            "preference: smallest detectable effect", COMPETENCE_COLUMN, "judge"]
     return _table(cells, cols, lambda c: [
         c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
         mde_sentence(c["rec_mde"], c["rec_mde_n_articles"], c["rec_mde_scale"]),
