@@ -55,17 +55,31 @@ def test_dose_response_preset_is_the_planned_design():
     assert n == {"recognition_n2": 2, "recognition_n50": 50, "vowel_n10": 10}
 
 
-def test_dose_response_arms_share_their_evaluation_articles():
+def test_individual_dose_preset_judges_one_summary_at_a_time_with_the_controls_on():
+    cfg = _compose(["experiment=finetune_dose_individual"])
+    params = cfg.hydra.sweeper.params
+    assert params["finetune_arm"].split(",") == ["base", "recognition_n2", "recognition_n10", "readability_n10",
+                                                 "length_n10"]
+    assert params["dataset"] == "paper_xsum,paper_cnn" and params["source"] == "human,paper_gpt4"
+    assert cfg.evaluator.name == "qwen15" and cfg.setting.name.value == "individual"
+    assert {cfg.judge.competence, cfg.judge.placebo, cfg.judge.recognition_classifier} == {"on"}
+    # Fine-tuned as the paper did: the authors' learning rate, not the qwen05 dose run's tuned one.
+    arm = _compose(["experiment=finetune_dose_individual", "finetune_arm=recognition_n10"]).finetune_task
+    assert arm.name == "recognition" and arm.n_articles == 10 and arm.lr == 1.0e-4
+
+
+@pytest.mark.parametrize("preset", ["finetune_dose_response", "finetune_dose_individual"])
+def test_dose_response_arms_share_their_evaluation_articles(preset: str):
     # Every arm, in-domain and cross-dataset, is judged on the same articles, all past the largest N's training
     # articles: the fine-tuned models can be compared with the base item by item, and none sees its training data.
     from selfpref_sweep.spec import resolve_cell
 
-    arms = _compose(["experiment=finetune_dose_response"]).hydra.sweeper.params["finetune_arm"].split(",")
+    arms = _compose([f"experiment={preset}"]).hydra.sweeper.params["finetune_arm"].split(",")
     for dataset in ("paper_xsum", "paper_cnn"):
         starts = {}
         for arm in arms:
             with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-                cfg = compose("config", overrides=["experiment=finetune_dose_response", f"finetune_arm={arm}",
+                cfg = compose("config", overrides=[f"experiment={preset}", f"finetune_arm={arm}",
                                                    f"dataset={dataset}", "dataset.root=/nonexistent"])
             spec = resolve_cell(cfg)
             starts[arm] = (spec.dataset.offset, spec.dataset.n_articles)
