@@ -198,17 +198,23 @@ def format_plan_line(plan: Dict[str, Any]) -> str:
             f"{_money(plan['cost_usd_est'])}" + (f" (batch price for {', '.join(batch)})" if batch else ""))
 
 
+def job_number(cell_dir_name: str) -> float:
+    """The Hydra job number that starts a cell folder's name ("3" or "3_dataset=paper_cnn,source=human"), so the
+    plan lists the cells in the sweep's order under their own numbers; inf for a name without one."""
+    head = cell_dir_name.split("_", 1)[0]
+    return int(head) if head.isdigit() else float("inf")
+
+
 def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
     """Print the whole grid's plan (at the end of a plan=true multirun)."""
-    paths = sorted(Path(sweep_dir).glob(f"*/{PLAN_FILE}"),
-                   key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    paths = sorted(Path(sweep_dir).glob(f"*/{PLAN_FILE}"), key=lambda p: (job_number(p.parent.name), p.parent.name))
     plans = [json.loads(p.read_text()) for p in paths]
     if not plans:
         return plans
     total_cost = [p["cost_usd_est"] for p in plans]
     print(f"\n== plan for {len(plans)} cells ({sweep_dir}) ==")
-    for i, p in enumerate(plans):
-        print(f"  {i:>3}. {format_plan_line(p)[7:]}")
+    for path, p in zip(paths, plans):
+        print(f"  {path.parent.name.split('_', 1)[0]:>3}. {format_plan_line(p)[7:]}")
         if p.get("finetune"):
             print(f"       {format_plan(p['finetune'])}")
         for w in p.get("preflight") or []:

@@ -43,3 +43,20 @@ def test_plan_grid_prints_every_cell_and_a_total(tmp_path):
     assert "plan for 4 cells" in proc.stdout and "Nothing was spent" in proc.stdout
     assert not list((tmp_path / "sweep").glob("*/summary.json"))  # nothing ran
     assert not (tmp_path / "sweep" / "report.html").exists()
+
+
+def test_the_grid_plan_lists_cells_by_their_job_number(tmp_path, capsys):
+    """Presets name cell folders "<job>_<overrides>": the plan lists them in job order, under their job numbers."""
+    from selfpref_sweep.plan import summarize_plans
+
+    cell = {"evaluator": "e", "dataset": "d", "setting": "pairwise", "label": "none", "finetune_task": "none"}
+    for job in (10, 2, 0):
+        folder = tmp_path / f"{job}_source=s{job}"
+        folder.mkdir()
+        (folder / "plan.json").write_text(json.dumps({
+            "cell": {**cell, "source": f"s{job}"}, "uncached_calls": job, "prompt_tokens_est": 1,
+            "completion_tokens_est": 1, "cost_usd_est": 0.0}))
+    summarize_plans(tmp_path)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines() if " vs s" in line]
+    assert [line.split(".")[0] for line in lines] == ["0", "2", "10"]
+    assert "vs s2 " in lines[1] and "2 calls not cached" in lines[1]
