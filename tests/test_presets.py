@@ -60,7 +60,7 @@ def test_individual_dose_preset_judges_one_summary_at_a_time_with_the_controls_o
     params = cfg.hydra.sweeper.params
     assert params["finetune_arm"].split(",") == ["base", "recognition_n2", "recognition_n10", "readability_n10",
                                                  "length_n10"]
-    assert params["dataset"] == "paper_xsum,paper_cnn" and params["source"] == "human,paper_gpt4"
+    assert params["dataset"] == "paper_xsum" and params["source"] == "human,paper_gpt4"
     assert cfg.evaluator.name == "qwen15" and cfg.setting.name.value == "individual"
     assert {cfg.judge.competence, cfg.judge.placebo, cfg.judge.recognition_classifier} == {"on"}
     # Fine-tuned as the paper did: the authors' learning rate, not the qwen05 dose run's tuned one.
