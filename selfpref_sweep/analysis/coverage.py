@@ -85,8 +85,8 @@ _ORDERS = {"all": "over both orders", "forward": "own shown first", "backward": 
 def _cell_rows() -> list[Row]:
     rows = [Row(f"cell|{q}|{scale}", "coverage", f"cell mean CI (one source, as summary.json), {name}, {scale}")
             for scale in SCALES for q, name in _QUESTIONS.items()]
-    rows += [Row("srcp|logodds", "size", "per-source t test (raw), true cell log-odds as the null"),
-             Row("srcholm|logodds", "size", "per-source Holm family-wise error across a group's sources")]
+    rows += [Row("srcp|logodds", "size", "per-source t test of recognition (raw), true cell log-odds as the null"),
+             Row("srcholm|logodds", "size", "per-source Holm family-wise error across a group's sources, recognition")]
     rows += [Row(f"acc|{order}", "coverage", f"recognition accuracy Wilson CI (classifier), {name}")
              for order, name in _ORDERS.items()]
     return rows
@@ -269,7 +269,7 @@ def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: f
     truth (coverage_truth)."""
     keys = ["dataset", "evaluator_variant", "source"]
     true = {tuple(str(r[k]) for k in keys): r for r in truth.points.to_dict("records")}
-    families: dict[tuple, list[tuple[float, float]]] = {}
+    families: dict[tuple, list[float]] = {}
     for (dataset, variant, source), sub in items.groupby(keys, sort=False):
         t = true.get((str(dataset), str(variant), str(source)))
         if t is None:
