@@ -432,7 +432,7 @@ def test_all_four_faults_never_change_results(server, key_env, baseline, tmp_pat
 def cell_overrides(base_url):
     return ["evaluator=openai_compatible", "evaluator.name=smol_api", "evaluator.model=smollm135",
             f"evaluator.base_url={base_url}", f"evaluator.api_key_env={KEY_ENV}", "evaluator.context_tokens=2048",
-            "evaluator.max_concurrency=2", "evaluator.timeout_s=6", "evaluator.max_retries=8",
+            "evaluator.max_concurrency=2", "evaluator.timeout_s=15", "evaluator.max_retries=8",
             "evaluator.retry_backoff_s=0.05", "dataset.n_articles=2", "summaries.max_new_tokens=30",
             "judge.min_answer_mass=0"]
 
@@ -463,7 +463,10 @@ def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_fa
                      tmp_path / "clean")
     reference = cell_items(tmp_path / "clean")
     assert clean["n_items"] == 2 and clean["exclusions"].get("no_logprobs") is None
-    with FaultProxy(server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=7.0) as proxy:
+    # A whole cell's calls (summaries, judging, the controls) queue at a one-slot server: under a loaded CPU a
+    # fault-free call can take several seconds, so the client's timeout is generous and an injected timeout
+    # hangs past it.
+    with FaultProxy(server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=16.0) as proxy:
         cfg = compose_cfg(cell_overrides(proxy.base_url + "/v1"), store=tmp_path / "faulty.sqlite")
         run_cell(resolve_cell(cfg), tmp_path / "faulty")
         assert all(proxy.counts[f] for f in FOUR_FAULTS), proxy.counts
