@@ -13,12 +13,12 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.proportion import proportion_confint
 
 from .fit import (
     ALPHA, BY_CONDITION, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
     InteractionResult, SpecificityResult, condition_groups,
 )
+from ..classifier_metrics import wilson
 from .calibration import calibration_label, pooled_over_datasets
 from .paired import TrendResult
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS, ResampledFit, reported
@@ -78,8 +78,7 @@ def wilson_ci(successes: float, n: float) -> tuple[float, float]:
         return math.nan, math.nan
     if not (math.isfinite(k) and math.isfinite(m) and m > 0):
         return math.nan, math.nan
-    lo, hi = proportion_confint(k, m, alpha=ALPHA, method="wilson")
-    return float(lo), float(hi)
+    return wilson(k, m, 1 - ALPHA)
 
 
 def fmt_proportion(successes: Any, n: Any) -> str:
