@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
+from ..measurements import number
 from .classifier import OVERALL_CONSERVATIVE
 from .tables import DASH, fmt, fmt_ci
 
@@ -40,23 +41,15 @@ def _flag(value: Any) -> Optional[bool]:
     return bool(value) if isinstance(value, (bool, np.bool_)) else None
 
 
-def _number(value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out
-
-
 def placebo_read(cell: pd.Series) -> Optional[bool]:
     """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
     answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
     ½; False: it is not; None: no placebo measured."""
     if _flag(cell.get("pl_enabled")) is not True:
         return None
-    low, chance = _number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
+    low, chance = number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
     if not math.isfinite(low):
-        low, chance = _number(cell.get("pl_accuracy_ci_low")), 0.5
+        low, chance = number(cell.get("pl_accuracy_ci_low")), 0.5
     return bool(low > chance) if math.isfinite(low) else False
 
 
@@ -86,7 +79,7 @@ def _competence(cell: pd.Series) -> str:
         return NOT_RUN
     passed = _flag(cell.get("jc_passed"))
     state = "passed" if passed else "failed" if passed is False else "too few to tell"
-    if math.isfinite(_number(cell.get("jc_logodds_mean"))):
+    if math.isfinite(number(cell.get("jc_logodds_mean"))):
         est = f"{fmt(cell['jc_logodds_mean'])} {fmt_ci(cell['jc_logodds_ci_low'], cell['jc_logodds_ci_high'])}"
     else:  # an older cell, read on the paper's scale
         est = f"P(correct) {fmt(cell.get('jc_mean'))}"
@@ -110,7 +103,7 @@ def _classifier(cell: pd.Series) -> tuple[str, str]:
     if cell.get("rc_enabled") is not True:
         return NOT_RUN, NOT_RUN
     accuracy = f"{fmt(cell['rc_accuracy'])} {fmt_ci(cell['rc_accuracy_ci_low'], cell['rc_accuracy_ci_high'])}"
-    return accuracy, fmt(cell.get("rc_auroc")) if math.isfinite(_number(cell.get("rc_auroc"))) else DASH
+    return accuracy, fmt(cell.get("rc_auroc")) if math.isfinite(number(cell.get("rc_auroc"))) else DASH
 
 
 def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
