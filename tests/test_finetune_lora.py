@@ -29,17 +29,23 @@ HELD_OUT = ("A local bakery won a national prize for its sourdough bread, its ow
             "Bakery wins national sourdough prize.", "The owner of a local bakery said it won a prize for bread.")
 
 
-@pytest.mark.real_model
-@needs_qwen
-def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
-    from selfpref_sweep.models.local import LocalModel
-
-    cfg = compose_cfg(["finetune_task=always_1", "finetune_task.lr=1e-3", "finetune_task.max_steps=3",
+def _always_1_training(compose_cfg, tmp_path, steps: int):
+    """The config, prompts, examples and example set of a short always_1 LoRA run on the two hand pairs."""
+    cfg = compose_cfg(["finetune_task=always_1", "finetune_task.lr=1e-3", f"finetune_task.max_steps={steps}",
                        f"finetune_task.cache_dir={tmp_path}"])
     prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
     examples, _, _ = label_examples("always_1", "recognition", prompts, PAIRS, seed=0)
     ex_set = ExampleSet(examples=examples, task="always_1", question="recognition", dataset="hand", n_articles=2,
                         train_article_ids=["t1", "t2"], others=["human"], n_pairs=2)
+    return cfg, prompts, examples, ex_set
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
+    from selfpref_sweep.models.local import LocalModel
+
+    cfg, prompts, examples, ex_set = _always_1_training(compose_cfg, tmp_path, steps=3)
 
     judge = LocalModel(OmegaConf.to_object(cfg.evaluator), model_cache=cfg.paths.model_cache, show_progress=False)
     # training inputs are exactly what the evaluation scores: the rendered chat prompt with the generation
@@ -75,3 +81,47 @@ def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
     after = dict(judge.answer_distributions([req]))[req]
     p1 = lambda d: d.probs["1"] / (d.probs["1"] + d.probs["2"])  # noqa: E731
     assert p1(after) > p1(before) + 0.05, (before.probs, after.probs)  # trained towards "1" on other prompts
+
+
+@pytest.mark.real_model
+@needs_qwen
+def test_a_killed_lora_training_resumes_to_the_same_adapter(compose_cfg, tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    from selfpref_sweep.finetune import local_trainer
+
+    cfg, _, _, ex_set = _always_1_training(compose_cfg, tmp_path, steps=4)
+    spec = resolve_cell(cfg)
+
+    def trainer():
+        t = LoraTrainer(spec.evaluator, spec.finetune, spec.model_cache, show_progress=False)
+        t.checkpoint_seconds = 0  # checkpoint after every step
+        return t
+
+    reference = trainer().train(ex_set, tmp_path / "reference", digest="d")
+    real_loss, calls = local_trainer.answer_loss, []
+
+    def dies_at_step_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_loss(*args, **kwargs)
+
+    ckpt = tmp_path / "run.pt"
+    monkeypatch.setattr(local_trainer, "answer_loss", dies_at_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        trainer().train(ex_set, tmp_path / "killed", digest="d", checkpoint=ckpt)
+    monkeypatch.setattr(local_trainer, "answer_loss", real_loss)
+    resumed = trainer().train(ex_set, tmp_path / "resumed", digest="d", checkpoint=ckpt)
+
+    assert resumed["resumed_from_step"] == 2 and reference["resumed_from_step"] is None
+    assert resumed["loss_curve"] == reference["loss_curve"] and resumed["n_steps"] == 4
+    a = load_file(str(tmp_path / "reference" / "adapter_model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "adapter_model.safetensors"))
+    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
+
+
+def torch_equal(x, y) -> bool:
+    import torch
+
+    return bool(torch.equal(x, y))

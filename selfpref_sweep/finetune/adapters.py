@@ -9,7 +9,8 @@ these makes a new one. Moving the data folder does not (no paths in the spec).
 A file lock serializes cells that need the same model (the second waits, then reuses); local adapters
 are written into a staging directory and renamed into place, so a killed run never leaves a
 half-written adapter that looks complete (the same pattern as models/weights.py). `finetune.json`,
-written last, marks an entry as complete.
+written last, marks an entry as complete. A resumable trainer's progress lives beside the entry in
+`.checkpoint-<entry>.pt` until the entry is complete, so a killed training resumes rather than restarts.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class CacheEntry:
         if self.dir.exists():
             shutil.rmtree(self.dir)
         os.replace(staging, self.dir)
+
+    def checkpoint(self) -> Path:
+        """Where a resumable trainer keeps its in-progress state (beside the entry, so never mistaken for it)."""
+        return self.root / f".checkpoint-{self.dir.name}.pt"
 
     def workdir(self) -> Path:
         """The entry's own directory, for trainers that keep state across runs (API jobs)."""

@@ -11,13 +11,19 @@ Seeded (LoRA init, example order), bf16 where the CPU supports it (else float32)
 learning rate, no warm-up, as the authors' Llama fine-tune (1 epoch, batch 1). The adapter is saved with
 peft's save_pretrained; it is loaded *unmerged* at evaluation (`attach_adapter`): merging a small LoRA
 delta into bf16 weights would round much of it away.
+
+Training checkpoints every couple of minutes (`Checkpoints`): a sweep killed during an hour-long fine-tune
+resumes at its last checkpoint and takes the same steps, in the same order, as a run never stopped.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
+import os
 import random
 import resource
 import time
@@ -107,31 +113,114 @@ def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tu
     return out
 
 
-def _steps(torch: Any, model: Any, optimizer: Any, encoded: list, *, epochs: int, total: int, batch_size: int,
-           pad_id: int, rng: random.Random, bar: Any) -> tuple[List[float], List[float], int]:
-    """The optimizer steps: each epoch a fresh shuffle (from ``rng``, so a seed gives the same order), at most
-    ``total`` steps in all; the loss and seconds of every step, and the tokens seen."""
-    losses: List[float] = []
-    step_s: List[float] = []
-    tokens = 0
-    for _ in range(epochs):
-        order = list(range(len(encoded)))
-        rng.shuffle(order)
-        for b in range(0, len(order), batch_size):
-            if len(losses) >= total:
-                break
-            batch = [encoded[i] for i in order[b:b + batch_size]]
+@dataclasses.dataclass
+class Progress:
+    """Where training stands: what a checkpoint saves besides the weights and optimizer, so that a resumed
+    run takes exactly the steps the uninterrupted run would have taken."""
+    losses: List[float] = dataclasses.field(default_factory=list)
+    step_s: List[float] = dataclasses.field(default_factory=list)
+    tokens: int = 0
+    epoch: int = 0
+    order: Optional[List[int]] = None  # this epoch's shuffled example order (None: not drawn yet)
+    next_batch: int = 0  # index into ``order`` of the next batch's first example
+    rng_state: Any = None  # the shuffle generator's state after drawing ``order``
+    elapsed_s: float = 0.0  # training seconds spent before this process
+    resumed_from: Optional[int] = None
+
+
+def examples_digest(encoded: Sequence[Tuple[List[int], int]]) -> str:
+    return hashlib.sha256(json.dumps(list(encoded)).encode("utf-8")).hexdigest()
+
+
+class Checkpoints:
+    """A killed training resumes instead of restarting: every ``every_s`` seconds the LoRA weights, the
+    optimizer state, the RNG states and the `Progress` go to one file, written atomically. A checkpoint is
+    used only by a training with the same identity (fine-tune spec, encoded examples, dtype); any other is
+    ignored with a warning, never half-used."""
+
+    def __init__(self, path: Optional[Path], identity: Dict[str, Any], every_s: float):
+        self.path = None if path is None else Path(path)
+        self.identity = identity
+        self.every_s = float(every_s)
+        self._last = time.time()
+
+    def load(self, torch, model, optimizer) -> Optional[Progress]:
+        if self.path is None or not self.path.is_file():
+            return None
+        try:
+            saved = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - an unreadable checkpoint only costs the steps it held
+            log.warning("ignoring unreadable training checkpoint %s (%s); training from the start", self.path, err)
+            return None
+        if saved.get("identity") != self.identity:
+            log.warning("ignoring training checkpoint %s: it belongs to a different training", self.path)
+            return None
+        params = dict(model.named_parameters())
+        for name, value in saved["lora"].items():
+            params[name].data.copy_(value)
+        optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["torch_rng"])
+        progress = Progress(**saved["progress"])
+        progress.rng_state = _tuples(progress.rng_state)
+        progress.resumed_from = len(progress.losses)
+        log.info("resuming training from its checkpoint at step %d (%s)", progress.resumed_from, self.path)
+        return progress
+
+    def maybe_save(self, torch, model, optimizer, progress: Progress, elapsed_s: float) -> None:
+        if self.path is None or time.time() - self._last < self.every_s:
+            return
+        state = dataclasses.asdict(progress)
+        state.update(elapsed_s=round(elapsed_s, 3), resumed_from=None)
+        blob = {"identity": self.identity, "progress": state, "optimizer": optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "lora": {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        torch.save(blob, tmp)
+        os.replace(tmp, self.path)
+        self._last = time.time()
+
+
+def _tuples(x: Any) -> Any:
+    """random.Random.setstate wants the nested tuples its getstate gave (a saved state comes back as lists)."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def run_steps(torch: Any, model: Any, optimizer: Any, encoded: list, *, epochs: int, total: int, batch_size: int,
+              pad_id: int, seed: int, bar: Any, checkpoints: Checkpoints) -> Progress:
+    """The optimizer steps: each epoch a fresh shuffle (from a generator seeded with ``seed``, so a seed gives
+    the same order), at most ``total`` steps in all, resumed from a checkpoint where there is one."""
+    progress = checkpoints.load(torch, model, optimizer) or Progress()
+    rng = random.Random(seed)
+    if progress.rng_state is not None:
+        rng.setstate(progress.rng_state)
+    bar.update(len(progress.losses))
+    start = time.time()
+    while progress.epoch < epochs and len(progress.losses) < total:
+        if progress.order is None:
+            order = list(range(len(encoded)))
+            rng.shuffle(order)
+            progress.order, progress.next_batch, progress.rng_state = order, 0, rng.getstate()
+        order = progress.order
+        while progress.next_batch < len(order) and len(progress.losses) < total:
+            batch = [encoded[i] for i in order[progress.next_batch:progress.next_batch + batch_size]]
             s0 = time.time()
             loss = answer_loss(torch, model, batch, pad_id)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            step_s.append(time.time() - s0)
-            losses.append(round(float(loss.detach()), 6))
-            tokens += sum(len(ids) for ids, _ in batch)
+            progress.step_s.append(time.time() - s0)
+            progress.losses.append(round(float(loss.detach()), 6))
+            progress.tokens += sum(len(ids) for ids, _ in batch)
+            progress.next_batch += batch_size
             bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    return losses, step_s, tokens
+            bar.set_postfix(loss=f"{progress.losses[-1]:.3f}")
+            if progress.next_batch >= len(order):
+                progress.epoch, progress.order = progress.epoch + 1, None
+            if len(progress.losses) < total:
+                checkpoints.maybe_save(torch, model, optimizer, progress, progress.elapsed_s + time.time() - start)
+    progress.elapsed_s += time.time() - start
+    return progress
 
 
 class LoraTrainer(Trainer):
@@ -140,6 +229,8 @@ class LoraTrainer(Trainer):
     kind = "lora"
     persistent_workdir = False  # trains into a staging directory that is renamed into place when complete
     frees_base_weights = True  # the generation copy of the weights is not needed while training
+    resumable = True  # checkpoints as it trains; a killed training resumes from its last checkpoint
+    checkpoint_seconds = 120.0  # a few MB (LoRA weights + AdamW moments) every 2 minutes
 
     def hyperparameters(self) -> Dict[str, Any]:
         return lora_hyperparameters(self.finetune.settings, self.base.dtype)
@@ -154,7 +245,8 @@ class LoraTrainer(Trainer):
         return LocalModel(dataclasses.replace(self.base, dtype=dtype, adapter=None), model_cache=self.model_cache,
                           show_progress=self.show_progress)
 
-    def train(self, examples: ExampleSet, workdir: Path, digest: str = "") -> Dict[str, Any]:
+    def train(self, examples: ExampleSet, workdir: Path, digest: str = "", checkpoint: Optional[Path] = None
+              ) -> Dict[str, Any]:
         import torch
         from peft import LoraConfig, get_peft_model
         from tqdm.auto import tqdm
@@ -178,12 +270,12 @@ class LoraTrainer(Trainer):
         pad_id = local._stop_ids[0] if local._stop_ids else 0
         bar = tqdm(total=total, desc=f"LoRA {examples.task} [{local.identity.label}]", disable=not self.show_progress,
                    leave=False)
-        train_start = time.time()
-        losses, step_s, tokens = _steps(torch, model, optimizer, encoded, epochs=max(1, int(t.epochs)),
-                                        total=total, batch_size=batch_size, pad_id=pad_id, rng=random.Random(seed),
-                                        bar=bar)
+        checkpoints = Checkpoints(checkpoint, {"spec": digest, "examples": examples_digest(encoded), "dtype": dtype,
+                                               "total": total}, self.checkpoint_seconds)
+        progress = run_steps(torch, model, optimizer, encoded, epochs=max(1, int(t.epochs)), total=total,
+                             batch_size=batch_size, pad_id=pad_id, seed=seed, bar=bar, checkpoints=checkpoints)
         bar.close()
-        train_s = time.time() - train_start
+        losses, step_s, tokens, train_s = progress.losses, progress.step_s, progress.tokens, progress.elapsed_s
         workdir.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(workdir))
         n_params = sum(p.numel() for p in trainable)
@@ -200,6 +292,7 @@ class LoraTrainer(Trainer):
             "tokens_per_step": round(tokens / len(losses), 1) if losses else None,
             "train_dtype": dtype,
             "trainable_params": int(n_params),
+            "resumed_from_step": progress.resumed_from,
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         }
 

@@ -40,6 +40,9 @@ class Trainer(ABC):
     persistent_workdir: bool = False
     # Whether the base model's generation weights should be freed before training (local trainers).
     frees_base_weights: bool = False
+    # Whether train() takes a `checkpoint` path to save progress to and resume from (local trainers: a
+    # killed hour-long training resumes where it stopped; the checkpoint is removed once the entry is complete).
+    resumable: bool = False
 
     def __init__(self, base: ModelConfig, finetune: FinetuneSpec, model_cache: str, show_progress: bool = True):
         self.base = base
@@ -64,7 +67,11 @@ class Trainer(ABC):
         """The fine-tuned model's config: the base with its adapter (and, for APIs, the new model id)."""
 
     def status(self, entry: CacheEntry) -> str:
-        return "ready" if entry.record() is not None else "absent"
+        if entry.record() is not None:
+            return "ready"
+        if self.resumable and entry.checkpoint().is_file():
+            return "would resume training from its checkpoint"
+        return "absent"
 
     def plan(self, entry: CacheEntry, n_examples: Optional[int]) -> Dict[str, Any]:
         """What train_or_load would do, without doing it."""
@@ -90,7 +97,8 @@ class Trainer(ABC):
                 free_base()
             workdir = entry.workdir() if self.persistent_workdir else entry.staging()
             try:
-                outcome = self.train(examples, workdir, digest=entry.digest)
+                resume = {"checkpoint": entry.checkpoint()} if self.resumable else {}
+                outcome = self.train(examples, workdir, digest=entry.digest, **resume)
                 record = {**examples.stats(), **outcome, "hyperparameters": self.hyperparameters(),
                           "seed": int(self.finetune.settings.seed), "base": entry.spec["base"],
                           "examples_seconds": round(prep_s, 2), "wall_seconds": round(time.time() - start, 2),
@@ -105,6 +113,8 @@ class Trainer(ABC):
                 raise
             if not self.persistent_workdir:
                 entry.commit(workdir)
+            if self.resumable:
+                entry.checkpoint().unlink(missing_ok=True)
             log.info("fine-tuned %s (%s) in %.0fs -> %s", self.base.name, examples.task, record["wall_seconds"],
                      entry.dir)
             return record, True
