@@ -188,3 +188,13 @@ def test_trainers_without_checkpoints_are_called_as_before(tmp_path):
     entry = CacheEntry(tmp_path, {"x": 2, "base": {"name": "tiny"}}, "label")
     record, trained = _settings(NotResumable()).train_or_load(entry, _examples, lambda: None)
     assert trained and entry.record() is not None and not entry.checkpoint().exists()
+
+
+def test_a_killed_trainings_staging_directory_is_removed_by_the_next_training(tmp_path):
+    entry = CacheEntry(tmp_path, {"x": 3, "base": {"name": "tiny"}}, "label")
+    other = CacheEntry(tmp_path, {"x": 4, "base": {"name": "tiny"}}, "label")
+    leftover, others = entry.staging(), other.staging()  # as a SIGKILLed training leaves them
+    (leftover / "adapter.bin").write_text("half")
+    record, trained = _settings(NotResumable()).train_or_load(entry, _examples, lambda: None)
+    assert trained and not leftover.exists() and others.is_dir()  # another entry's staging is not this one's
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".staging-")) == [others.name]

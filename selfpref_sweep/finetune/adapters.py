@@ -77,7 +77,11 @@ class CacheEntry:
         return rec if rec.get("spec_sha256") == self.digest else None
 
     def staging(self) -> Path:
+        """A fresh staging directory. Called under the entry's lock, so any earlier staging directory of this
+        entry is a leftover of a killed training (a SIGKILL or SIGTERM skips the clean-up) and is removed."""
         self.root.mkdir(parents=True, exist_ok=True)
+        for leftover in self.root.glob(f".staging-{self.dir.name}-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
         return Path(tempfile.mkdtemp(prefix=f".staging-{self.dir.name}-", dir=self.root))
 
     def commit(self, staging: Path) -> None:
