@@ -5,18 +5,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from .errors import StorageError
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename; on failure nothing partial is kept and the error says what to do."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Write-then-rename: ``write`` fills a temporary file beside ``path``, which then replaces it; on failure
+    nothing partial is kept and the error says what to do."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -25,6 +26,10 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise StorageError(f"Could not write {path} ({exc.strerror or exc}); nothing partial was kept. Free some "
                            f"space (or fix permissions) and re-run the same command: finished model calls are "
                            f"cached, so nothing is recomputed.") from exc
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

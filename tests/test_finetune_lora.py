@@ -86,6 +86,7 @@ def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
 @pytest.mark.real_model
 @needs_qwen
 def test_a_killed_lora_training_resumes_to_the_same_adapter(compose_cfg, tmp_path, monkeypatch):
+    import torch
     from safetensors.torch import load_file
 
     from selfpref_sweep.finetune import local_trainer
@@ -118,10 +119,4 @@ def test_a_killed_lora_training_resumes_to_the_same_adapter(compose_cfg, tmp_pat
     assert resumed["loss_curve"] == reference["loss_curve"] and resumed["n_steps"] == 4
     a = load_file(str(tmp_path / "reference" / "adapter_model.safetensors"))
     b = load_file(str(tmp_path / "resumed" / "adapter_model.safetensors"))
-    assert a.keys() == b.keys() and all(torch_equal(a[k], b[k]) for k in a)
-
-
-def torch_equal(x, y) -> bool:
-    import torch
-
-    return bool(torch.equal(x, y))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -39,7 +39,7 @@ EXAMPLES = "examples.jsonl"
 SPEC = "spec.json"
 
 
-def spec_digest(spec: Dict[str, Any]) -> str:
+def spec_digest(spec: Any) -> str:
     blob = json.dumps(spec, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -19,11 +19,8 @@ resumes at its last checkpoint and takes the same steps, in the same order, as a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import logging
 import math
-import os
 import random
 import resource
 import time
@@ -32,7 +29,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..config import AdapterConfig, FinetuneTaskConfig, ModelConfig
 from ..errors import ConfigError
+from ..files import atomic_write
 from ..models.precision import AUTO, resolve_dtype
+from .adapters import spec_digest
 from .examples import ExampleSet, TrainingExample
 from .trainer import Trainer
 
@@ -128,10 +127,6 @@ class Progress:
     resumed_from: Optional[int] = None
 
 
-def examples_digest(encoded: Sequence[Tuple[List[int], int]]) -> str:
-    return hashlib.sha256(json.dumps(list(encoded)).encode("utf-8")).hexdigest()
-
-
 class Checkpoints:
     """A killed training resumes instead of restarting: every ``every_s`` seconds the LoRA weights, the
     optimizer state, the RNG states and the `Progress` go to one file, written atomically. A checkpoint is
@@ -175,9 +170,7 @@ class Checkpoints:
                 "torch_rng": torch.get_rng_state(),
                 "lora": {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        torch.save(blob, tmp)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, lambda f: torch.save(blob, f))
         self._last = time.time()
 
 
@@ -270,7 +263,7 @@ class LoraTrainer(Trainer):
         pad_id = local._stop_ids[0] if local._stop_ids else 0
         bar = tqdm(total=total, desc=f"LoRA {examples.task} [{local.identity.label}]", disable=not self.show_progress,
                    leave=False)
-        checkpoints = Checkpoints(checkpoint, {"spec": digest, "examples": examples_digest(encoded), "dtype": dtype,
+        checkpoints = Checkpoints(checkpoint, {"spec": digest, "examples": spec_digest(encoded), "dtype": dtype,
                                                "total": total}, self.checkpoint_seconds)
         progress = run_steps(torch, model, optimizer, encoded, epochs=max(1, int(t.epochs)), total=total,
                              batch_size=batch_size, pad_id=pad_id, seed=seed, bar=bar, checkpoints=checkpoints)
