@@ -125,6 +125,8 @@ class CellModels:
         """Calls not served from the cache, cache hits and tokens, over every model of the cell."""
         return {"model_calls": sum(m.calls for m in self.models),
                 "cache_hits": sum(m.cache_hits for m in self.models),
+                # entries found in the store but not readable (damaged): served as misses and recomputed
+                "cache_unreadable": self.store.unreadable,
                 "tokens": {"prompt": sum(m.prompt_tokens for m in self.models),
                            "completion": sum(m.completion_tokens for m in self.models)}}
 

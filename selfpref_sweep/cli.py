@@ -113,7 +113,7 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     hydra.main(version_base="1.3", config_path=config_path(), config_name="config")(run_job)()
     if sweep_outcome.failed_cells():
-        sys.exit(1)  # the sweep's summary paragraph has said which cells failed and why
+        sys.exit(sweep_outcome.exit_status())  # the sweep's summary paragraph has said which cells failed and why
 
 
 if __name__ == "__main__":

@@ -3,16 +3,18 @@
 A failing cell does not stop a sweep (`cli.run_job` records its error in the cell directory and goes on),
 so without this a sweep whose cells all failed would end with status 0. `SweepOutcomeCallback` (listed
 first in conf/config.yaml's callbacks, so Hydra runs it after the analysis at the end of a multirun) reads
-the cell directories, prints the paragraph, and remembers the failures; `cli.main` then exits with 1.
+the cell directories, prints the paragraph, and remembers the failures; `cli.main` then exits with 1 (2 when a
+damaged call store is why: a clear error the user fixes, as for a single run).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 from hydra.experimental.callback import Callback
 
@@ -20,6 +22,8 @@ from .sweep_files import find_cell_dirs
 from .record import ERROR_FILE
 
 _failed: List[Path] = []  # failed cell directories of the sweeps this process ran
+_damaged_stores: List[str] = []  # call stores those cells found damaged
+_DAMAGED_STORE = re.compile(r"The call store (.+?) is damaged \(")
 
 
 @dataclass
@@ -28,6 +32,15 @@ class SweepOutcome:
     n_cells: int
     failed: List[Path] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)  # the first line of each failed cell's error
+
+    @property
+    def damaged_store(self) -> Optional[str]:
+        """The call store that the cells found damaged, if that is why any failed."""
+        for error in self.errors:
+            found = _DAMAGED_STORE.search(error)
+            if error.startswith("StoreDamagedError") and found:
+                return found.group(1)
+        return None
 
     def paragraph(self) -> str:
         """One paragraph: how many cells failed, of what, where the details are, and what to do."""
@@ -38,8 +51,16 @@ class SweepOutcome:
         more = f" and {len(self.failed) - 5} more" if len(self.failed) > 5 else ""
         return (f"{len(self.failed)} of {self.n_cells} cells failed ({by_kind}). First error: {first} "
                 f"Details are in {where}{more} under {self.sweep_dir}; the report lists the failed cells and no "
-                f"fit uses them. Every finished model call is cached, so re-running the same command after fixing "
-                f"the cause repeats only the work that failed.")
+                f"fit uses them. " + self._what_to_do())
+
+    def _what_to_do(self) -> str:
+        store = self.damaged_store
+        if store is not None:  # the cache itself broke: re-running alone would fail again
+            return (f"The call store {store} is damaged: run `python -m selfpref_sweep.store salvage {store}`, which "
+                    f"keeps every call that can still be read, then re-run the same command; only the lost calls are "
+                    f"made again.")
+        return ("Every finished model call is cached, so re-running the same command after fixing the cause repeats "
+                "only the work that failed.")
 
 
 def sweep_outcome(sweep_dir: Path) -> SweepOutcome:
@@ -56,6 +77,14 @@ def failed_cells() -> List[Path]:
     return list(_failed)
 
 
+def exit_status() -> int:
+    """0 when every cell of this process's sweeps finished; 2 when a damaged call store stopped them (the
+    user's fix, as for any clear error); 1 for other failed cells."""
+    if not _failed:
+        return 0
+    return 2 if _damaged_stores else 1
+
+
 class SweepOutcomeCallback(Callback):
     """Hydra callback: after a multirun, print a paragraph about the failed cells (if any) and record them
     for the exit status."""
@@ -64,4 +93,6 @@ class SweepOutcomeCallback(Callback):
         outcome = sweep_outcome(Path(str(config.hydra.sweep.dir)))
         if outcome.failed:
             _failed.extend(outcome.failed)
+            if outcome.damaged_store:
+                _damaged_stores.append(outcome.damaged_store)
             print(f"\nSWEEP FAILED: {outcome.paragraph()}\n", file=sys.stderr)

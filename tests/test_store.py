@@ -5,7 +5,8 @@ import sqlite3
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
                                         JudgeDecoding, Message, ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.store import Store, main as store_main, merge_stores
+from selfpref_sweep.store import Store, merge_stores
+from selfpref_sweep.store.commands import main as store_main
 
 IDENT = ModelIdentity("m", "fake", "w1", "bf16")
 
