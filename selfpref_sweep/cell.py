@@ -9,6 +9,7 @@ mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -24,11 +25,13 @@ from .judging import ItemRequests, answer_distributions, judge_requests
 from .measurements import Measurement, Stage, registered
 from .models import POOL, load_model
 from .models.cached import CachedModel
-from .record import INVERSE_FILE, RESULTS_FILE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary, Verdict
+from .record import (INVERSE_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary,
+                     Verdict, read_cell)
 from .results import cell_summary, format_result, item_records, table_row
 from .scoring import item_verdicts
 from .spec import CellSpec
 from .store import Store
+from .store.claims import CellClaims, Holder, cell_claims
 from .tracking import CellTracker, log_finetune
 
 log = logging.getLogger(__name__)
@@ -39,6 +42,15 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     run_dir.mkdir(parents=True, exist_ok=True)
     if spec.skip_reason:
         return _skipped(spec, run_dir)
+    # One launch runs the cell; another launch of it (same folder, or same store) waits, then uses its results.
+    with cell_claims(spec.config, run_dir, spec.store_path, run_dir / SUMMARY_FILE, _say_waiting) as claims:
+        reused = _reused_result(claims, run_dir)
+        if reused is not None:
+            return reused
+        return _run_claimed(spec, run_dir, wandb_group, start)
+
+
+def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], start: float) -> Dict[str, Any]:
     with CellModels(spec) as models:
         dataset, warnings = load_articles(spec)  # an empty selection fails here, before any training
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
@@ -68,6 +80,25 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
     atomic_write_json(run_dir / SUMMARY_FILE, record)
     print(format_result(record, str(run_dir / SUMMARY_FILE)))
     return record
+
+
+def _say_waiting(holder: Holder, claim: Path) -> None:
+    print(f"\n== this cell is being run by another launch ({holder.describe()}, claim {claim}); waiting for it to "
+          f"finish, then using its results. A claim whose launch is gone is taken over. ==", flush=True)
+
+
+def _reused_result(claims: CellClaims, run_dir: Path) -> Optional[Dict[str, Any]]:
+    """The result the launch this one waited for wrote into this folder, when it finished the cell; None when
+    there is none to use (it ran elsewhere or failed): this launch then runs the cell, from the cache."""
+    if claims.waited_on is None or not claims.summary_changed:
+        return None
+    record = read_cell(run_dir, items=False)
+    if record.summary is None or record.summary.status != STATUS_COMPLETE:
+        return None
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    print(format_result(summary, str(run_dir / SUMMARY_FILE)))
+    print(f"  (computed by the launch it waited for, {claims.waited_on.describe()}; this launch made no calls)")
+    return summary
 
 
 @dataclass
