@@ -5,13 +5,17 @@ fraction of the POSTs, answers with a fault instead:
 
   "429"            429 Too Many Requests with `Retry-After: 0` or `1`
   "500"            500 Internal Server Error
+  "502" "503"      502 Bad Gateway, 503 Service Unavailable (a proxy or load balancer in front of the server)
+  "drop"           closes the connection at once, without a response
+  "malformed"      forwards, then returns a 200 whose body is cut off mid-JSON
   "timeout"        holds the connection for `delay_s` (beyond the client's timeout), then drops it
   "strip_logprobs" forwards, then returns the 200 response with every choice's `logprobs` removed
   "400" "401" "403" "404"  that client error, as OpenAI words it (with `fault_rate=1.0`: a revoked
                    key, an unknown model...)
 
 The decision for the i-th POST depends only on the seed and i, so a run is reproducible up to the
-order in which concurrent requests arrive. Counts of what it did are kept for the assertions, and
+order in which concurrent requests arrive; `schedule` fixes the decisions of the first POSTs outright
+(a fault name, or None to forward), so a test can be sure each fault it names happens. Counts of what it did are kept for the assertions, and
 the Authorization headers it saw are kept so a test can check the key really was sent.
 
     with FaultProxy("http://127.0.0.1:8000", faults=("429", "500"), fault_rate=0.3, seed=0) as proxy:
@@ -30,7 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import List, Optional, Sequence
 from urllib.parse import urlparse
 
-FAULTS = ("429", "500", "timeout", "strip_logprobs", "400", "401", "403", "404")
+FAULTS = ("429", "500", "502", "503", "timeout", "drop", "strip_logprobs", "malformed", "400", "401", "403", "404")
 _CLIENT_ERRORS = {
     "400": ("Invalid value for 'messages' (injected).", "invalid_request_error"),
     "401": ("Incorrect API key provided (injected).", "invalid_request_error"),
@@ -42,16 +46,18 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 class FaultProxy:
     def __init__(self, upstream: str, faults: Sequence[str] = ("429", "500", "timeout"), fault_rate: float = 0.3,
-                 seed: int = 0, delay_s: float = 5.0, max_consecutive: Optional[int] = None):
+                 seed: int = 0, delay_s: float = 5.0, max_consecutive: Optional[int] = None,
+                 schedule: Sequence[Optional[str]] = ()):
         parsed = urlparse(upstream)
         if parsed.hostname not in _LOOPBACK:
             raise ValueError(f"FaultProxy only forwards to loopback addresses, not {parsed.hostname!r}")
-        unknown = set(faults) - set(FAULTS)
+        unknown = (set(faults) | {f for f in schedule if f}) - set(FAULTS)
         if unknown:
             raise ValueError(f"unknown faults {sorted(unknown)}; valid: {FAULTS}")
         self.upstream_host = parsed.hostname
         self.upstream_port = parsed.port or 80
         self.faults = tuple(faults)
+        self.schedule = tuple(schedule)
         self.fault_rate = fault_rate
         self.delay_s = delay_s
         self.seed = seed
@@ -92,6 +98,8 @@ class FaultProxy:
         with self._lock:
             i = self._n
             self._n += 1
+        if i < len(self.schedule):
+            return self.schedule[i]
         rng = random.Random(f"{self.seed}:{i}")
         if self.faults and rng.random() < self.fault_rate:
             return rng.choice(self.faults)
@@ -156,8 +164,14 @@ class FaultProxy:
                 if fault == "429":
                     wait = random.Random(f"{proxy.seed}:ra:{proxy.counts['429']}").choice(["0", "1"])
                     self._error(429, "Rate limit reached (injected)", "rate_limit_error", {"Retry-After": wait})
-                elif fault == "500":
-                    self._error(500, "The server had an error (injected)", "server_error")
+                elif fault in ("500", "502", "503"):
+                    self._error(int(fault), "The server had an error (injected)", "server_error")
+                elif fault == "drop":
+                    self.close_connection = True
+                    try:
+                        self.connection.shutdown(2)
+                    except OSError:
+                        pass
                 elif fault in _CLIENT_ERRORS:
                     self._error(int(fault), *_CLIENT_ERRORS[fault])
                 elif fault == "timeout":
@@ -174,6 +188,8 @@ class FaultProxy:
                         for choice in payload.get("choices", []):
                             choice["logprobs"] = None
                         data = json.dumps(payload).encode()
+                    if fault == "malformed" and status == 200:
+                        data = data[: len(data) // 2]
                     self._reply(status, data)
 
         return Handler

@@ -294,7 +294,7 @@ class OpenAIModel(ModelAPI):
         except Exception as exc:  # noqa: BLE001 - translated below, outside the except block
             import openai
 
-            if not isinstance(exc, openai.OpenAIError):
+            if not isinstance(exc, openai.OpenAIError) and not is_transient(exc):
                 raise
             if stop.is_set():
                 raise _Cancelled() from None

@@ -1,6 +1,7 @@
 """One retry policy for every call to an OpenAI(-compatible) server: judging, generation and fine-tuning jobs.
 
-Transient failures (429 other than an exhausted quota, 408, 409, 5xx, timeouts, dropped connections) are
+Transient failures (429 other than an exhausted quota, 408, 409, 5xx, timeouts, dropped connections, a reply
+whose body is not JSON) are
 retried with tenacity: exponential backoff with jitter, except where the server said how long to wait
 (Retry-After, or OpenAI's retry-after-ms), which is honoured up to a cap. Everything else fails at once.
 The openai client's own retries stay off, so this is the only policy and its retries can be counted.
@@ -8,6 +9,7 @@ The openai client's own retries stay off, so this is the only policy and its ret
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any, Callable, Optional
 
@@ -36,6 +38,8 @@ def is_transient(exc: BaseException) -> bool:
 
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
         return True
+    if isinstance(exc, json.JSONDecodeError):
+        return True  # a 200 whose body is not JSON (the client raises this bare): a garbled or cut reply
     status = status_code(exc)
     if status is None:
         return False
