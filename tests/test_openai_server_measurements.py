@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ from selfpref_sweep.cell import run_cell
 from selfpref_sweep.competence import competence_enabled
 from selfpref_sweep.config import JudgeConfig
 from selfpref_sweep.models.base import Message, SequenceRequest
-from selfpref_sweep.models.openai_api import OpenAIModel, compile_chat_template, render_chat
+from selfpref_sweep.models.openai_api import OpenAIModel, compile_chat_template, echoed_continuation, render_chat
 from selfpref_sweep.spec import resolve_cell
 
 from tests.conftest import REPO
@@ -329,3 +330,15 @@ def test_server_presets_compose_validate_and_are_free(preset, model_env, url_env
     monkeypatch.setenv(model_env, "from-env")
     assert OpenAIModel.identity_for(compose_cfg([f"evaluator={preset}"]).evaluator).weights == \
         "api:http://127.0.0.1:9999/v1:from-env"
+
+
+def test_an_echo_whose_generated_special_token_is_not_in_the_text_is_matched():
+    """vLLM's echo lists a generated "<|im_end|>" among the tokens but leaves it out of the text."""
+    prompt = "<|im_start|>assistant\n"
+    tokens = ["<|im_start|>", "assistant", "\n", "The", " café", " is", " open", ".", "<|im_end|>"]
+    logprobs = [None, -16.2, -12.1, -3.0, -2.0, -1.0, -0.5, -0.25, -0.1]
+    choice = SimpleNamespace(text=prompt + "The café is open.",
+                             logprobs=SimpleNamespace(tokens=tokens, token_logprobs=logprobs))
+    resp = SimpleNamespace(choices=[choice], usage=SimpleNamespace(prompt_tokens=8, completion_tokens=1))
+    result, why = echoed_continuation(resp, prompt + "The café is open.", "The café is open.")
+    assert why == "" and result.n_tokens == 5 and result.total == pytest.approx(-6.75)

@@ -641,10 +641,13 @@ def echoed_continuation(resp, text: str, continuation: str) -> Tuple[Optional[Se
     prompt_tokens, completion_tokens = _usage(resp)
     # The generated tokens at the end: as many as the server counts (vLLM lists them, an empty-text end of
     # sequence included), or none (llama-cpp-python lists the prompt's only), whichever spells a start of the
-    # generated text after tokens that end with the continuation.
+    # generated text after tokens that end with the continuation. vLLM leaves a generated special token
+    # ("<|im_end|>") out of the echoed text but lists it: the text is then a start of the tokens instead.
     for k in dict.fromkeys((min(max(completion_tokens, 0), len(tokens)), 0)):
         end = len(tokens) - k
-        if generated.startswith("".join(tokens[end:])) and "".join(tokens[:end]).endswith(continuation):
+        tail = "".join(tokens[end:])
+        if ((generated.startswith(tail) or (k and tail.startswith(generated)))
+                and "".join(tokens[:end]).endswith(continuation)):
             break
     else:
         return None, "the echoed tokens do not spell the continuation before the generated text"
