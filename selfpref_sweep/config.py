@@ -138,6 +138,9 @@ class ModelConfig:
     # float32 (exact up to float32 rounding, and faster batched). models/local.py.
     batch_invariant: Optional[bool] = None
     batch_invariant_chunk: int = 64
+    # backend vllm (models/vllm_engine.py): the share of the device's memory vLLM takes for weights and KV cache
+    # (its gpu_memory_utilization; on a CPU, of the machine's memory). null: vLLM's default on a GPU, 0.3 on a CPU.
+    vllm_memory_fraction: Optional[float] = None
     display_name: Optional[str] = None
     # The key of the paper's published summaries this model wrote (gpt35, gpt4, llama): source=paper_<key> is
     # then this model's own text, and evaluator.own_summaries=paper_<key> its published own summaries.

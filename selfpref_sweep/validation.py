@@ -81,6 +81,7 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ModelConfig, "context_tokens"): COUNT,
     (ModelConfig, "generate_batch"): COUNT,
     (ModelConfig, "prefix_cache_mb"): NON_NEGATIVE,
+    (ModelConfig, "vllm_memory_fraction"): Range(low=0, high=1, low_open=True),
     (ModelPoolConfig, "budget_gb"): NON_NEGATIVE,
     (SpecificityMargin, "paper"): Range(low=0, high=0.5, low_open=True),  # a shift on a 0-1 scale around 0.5
     (SpecificityMargin, "logodds"): POSITIVE,

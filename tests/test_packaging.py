@@ -14,7 +14,10 @@ DIST = {"yaml": "pyyaml", "hydra": "hydra-core", "sklearn": "scikit-learn", "wan
 
 
 def _declared():
-    reqs = PYPROJECT["project"]["dependencies"]
+    """Every distribution the project names: its dependencies and its extras (an optional backend's package,
+    imported lazily, is declared by its extra)."""
+    reqs = PYPROJECT["project"]["dependencies"] + [r for extra in PYPROJECT["project"]["optional-dependencies"].values()
+                                                   for r in extra]
     return {r.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0].strip().lower() for r in reqs}
 
 

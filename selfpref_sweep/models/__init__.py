@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 BACKENDS: Dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
     "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
+    "vllm": "selfpref_sweep.models.vllm_engine:VLLMModel",  # vLLM in this process (a vLLM server: openai)
 }
 
 

@@ -99,6 +99,21 @@ def whitespace_token_ids(decoded_vocab: Sequence[str], special_ids: set,
     return sorted(ids)
 
 
+def tokenizer_whitespace_ids(tokenizer, decoded_vocab: Sequence[str]) -> List[int]:
+    """`whitespace_token_ids` of a Hugging Face tokenizer, a token that decodes to "" read after a word."""
+    special = set(tokenizer.all_special_ids)
+    word = next((i for i, t in enumerate(decoded_vocab) if i not in special and t.isalnum()), None)
+
+    def decode_in_context(ids: List[int]) -> List[str]:
+        if word is None:
+            return [""] * len(ids)
+        lead = tokenizer.decode([word])
+        texts = tokenizer.batch_decode([[word, i] for i in ids])
+        return [t[len(lead):] if t.startswith(lead) else "" for t in texts]
+
+    return whitespace_token_ids(decoded_vocab, special, decode_in_context)
+
+
 def split_tokens(ws_probs: Sequence[Tuple[int, float]], min_mass: float = SPLIT_MIN_MASS,
                  max_tokens: int = SPLIT_MAX_TOKENS) -> List[Tuple[int, float]]:
     """The whitespace-only tokens worth a second position, from (id, probability) pairs: the most
@@ -229,17 +244,7 @@ class LocalModel(ModelAPI):
 
     @cached_property
     def _whitespace_ids(self) -> List[int]:
-        special = set(self.tokenizer.all_special_ids)
-        word = next((i for i, t in enumerate(self._decoded_vocab) if i not in special and t.isalnum()), None)
-
-        def decode_in_context(ids: List[int]) -> List[str]:
-            if word is None:
-                return [""] * len(ids)
-            lead = self.tokenizer.decode([word])
-            texts = self.tokenizer.batch_decode([[word, i] for i in ids])
-            return [t[len(lead):] if t.startswith(lead) else "" for t in texts]
-
-        return whitespace_token_ids(self._decoded_vocab, special, decode_in_context)
+        return tokenizer_whitespace_ids(self.tokenizer, self._decoded_vocab)
 
     @cached_property
     def _stop_ids(self) -> List[int]:
