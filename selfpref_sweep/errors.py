@@ -25,11 +25,11 @@ class StoreDamagedError(StorageError):
     """The call store is not a healthy SQLite file; the message names it and the command that repairs it."""
 
     def __init__(self, path, problem: str):
-        self.path, self.problem = str(path), problem
+        problem = " ".join(str(problem).split())  # SQLite's check reports span lines; a message is one
+        self.path, self.problem = str(path), problem if len(problem) <= 300 else problem[:297] + "..."
         super().__init__(
-            f"The call store {path} is damaged ({problem}). Nothing was computed from it. To keep every call "
-            f"that can still be read, run\n    python -m selfpref_sweep.store salvage {path}\nwhich copies the "
-            f"readable calls into a fresh store at that path, keeps the damaged file beside it as *.damaged, and "
-            f"reports what was lost; then re-run the same command: only the lost calls are made again. "
-            f"(`python -m selfpref_sweep.store check {path}` shows the damage; deleting the file starts an empty "
-            f"cache.)")
+            f"The call store {path} is damaged ({self.problem}). Nothing was computed from it. Run `python -m "
+            f"selfpref_sweep.store salvage {path}` to keep every call that can still be read (it copies them into a "
+            f"fresh store at that path, keeps the damaged file beside it as *.damaged and reports what was lost), "
+            f"then re-run the same command: only the lost calls are made again. (`python -m selfpref_sweep.store "
+            f"check {path}` shows the damage; deleting the file starts an empty cache.)")
