@@ -220,6 +220,9 @@ def main() -> None:
     print("| path | ms per judgement | summary tokens/s | peak memory GB |\n|---|---|---|---|")
     for name, (ms, rate, gb) in rows.items():
         print(f"| {name} | {ms:.2f} | {rate:.1f} | {gb:.2f} |" if rate is not None else f"| {name} | {ms:.2f} | | |")
+    if device == "cpu":
+        print("(peak memory on a CPU: this process's high-water mark so far, cumulative down the table; vLLM's engine "
+              "runs in a process of its own and is not in it)")
 
 
 def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> Dict[str, tuple]:
