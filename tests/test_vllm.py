@@ -31,14 +31,17 @@ needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM virtu
 CELL = ["source=human", "dataset.n_articles=3", "judge.placebo=on", "wandb.mode=disabled", "show_progress=false"]
 
 
-def qwen05_dir() -> Path:
+FLOAT32 = ["evaluator.dtype=float32"]
+
+
+def qwen05_dir(overrides=()) -> Path:
     """The HF-format copy of qwen05 the local backend converts its packaged GGUF into (made here if needed)."""
     from hydra import compose, initialize_config_dir
 
     from selfpref_sweep.models.weights import local_hf_dir
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["evaluator=qwen05"])
+        cfg = compose("config", overrides=["evaluator=qwen05", *overrides])
     return local_hf_dir(cfg.evaluator, MODEL_CACHE)
 
 
@@ -111,22 +114,22 @@ def test_the_vllm_preset_runs_a_whole_cell_against_vllms_server(vllm_server, tmp
 @needs_vllm
 def test_the_in_process_backend_runs_a_cell_and_agrees_with_the_hf_backend(tmp_path):
     """backend: vllm runs every measurement; its answer probabilities and text scores on the very prompts it
-    judged equal the Hugging Face backend's within the numeric type's rounding."""
-    qwen05_dir()  # converted by this (main) environment, shared through the model cache
+    judged equal the Hugging Face backend's to float32 rounding. (In float32, so the check does not hang on which
+    bf16 kernels a CPU kind has: in bf16 the two differed by up to 0.021 here, README "vLLM in this process".)"""
+    qwen05_dir(FLOAT32)  # converted by this (main) environment, shared through the model cache
     env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE}
-    cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm", *CELL,
+    cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm", *FLOAT32, *CELL,
            f"store.path={tmp_path / 'calls.sqlite'}", f"hydra.run.dir={tmp_path / 'cell'}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert_every_measurement_ran(summary(tmp_path / "cell"))
 
     judged, scored = rescored_by_hf(tmp_path / "calls.sqlite")
-    dtype = judged[0][0].model.dtype
-    tolerance = 0.03 if dtype != "float32" else 2e-3  # bf16 kernels differ that much between CPU kinds
+    assert judged[0][0].model.dtype == "float32"
     gaps = [abs(hf.probs[a] - stored["probs"][a]) for req, stored, hf in judged for a in req.answers]
-    assert len(gaps) >= 24 and max(gaps) <= tolerance, (dtype, max(gaps))
+    assert len(gaps) >= 24 and max(gaps) <= 1e-3, max(gaps)
     per_token = [abs(hf.total / hf.n_tokens - stored["total"] / stored["n_tokens"]) for _, stored, hf in scored]
-    assert len(per_token) == 6 and max(per_token) <= tolerance
+    assert len(per_token) == 6 and max(per_token) <= 1e-3, max(per_token)
     assert all(hf.n_tokens == stored["n_tokens"] for _, stored, hf in scored)
 
 
@@ -138,7 +141,7 @@ def rescored_by_hf(store: Path):
     from selfpref_sweep.models.local import LocalModel
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["evaluator=qwen05"])
+        cfg = compose("config", overrides=["evaluator=qwen05", *FLOAT32])
     model = LocalModel(cfg.evaluator, model_cache=MODEL_CACHE, show_progress=False)
     judge, texts = [], []
     with sqlite3.connect(store) as conn:
