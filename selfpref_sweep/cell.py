@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .cell_inputs import CellInputs, load_articles, prepare_inputs
 from .config import ModelConfig
+from .data import Dataset
 from .errors import ConfigError
 from .files import atomic_write_json, atomic_write_jsonl
 from .finetune import prepare_finetuned_evaluator

@@ -16,7 +16,6 @@ from selfpref_sweep.config import AdapterConfig, ModelConfig
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.familiarity import NO_REFERENCE, FamiliarityMeasurement, refuse_the_judge
 from selfpref_sweep.models import model_identity
-from selfpref_sweep.models.base import SequenceLogprobs
 from selfpref_sweep.plan import plan_cell
 from selfpref_sweep.spec import resolve_cell
 from tests import fakes

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from tests.conftest import FAKE_BACKEND, REPO
 

@@ -175,8 +175,6 @@ def test_our_calls_print_no_warning(qwen):
     import logging
     import warnings
 
-    from transformers.utils import logging as hf_logging
-
     from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
     from selfpref_sweep.prompts import summarize_messages
 

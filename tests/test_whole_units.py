@@ -157,7 +157,7 @@ def _group_label(row: dict, by: list[str]) -> str:
 
 def test_every_csv_row_and_json_entry_has_machine_keys(tmp_path: Path) -> None:
     sweeps = keyed_sweeps(tmp_path)
-    result = run_analysis(sweeps, out_dir=tmp_path / "out", wandb_cfg=NO_WANDB)
+    run_analysis(sweeps, out_dir=tmp_path / "out", wandb_cfg=NO_WANDB)
     analysis = tmp_path / "out" / "analysis"
     csvs = sorted(analysis.glob("*.csv"))
     assert {"paper_units.csv", "finetune_vs_base.csv", "cells.csv", "problems.csv", "regression_units.csv",

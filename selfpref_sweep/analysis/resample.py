@@ -203,14 +203,18 @@ def _design(x: np.ndarray, datasets: np.ndarray, kind: np.ndarray | None, intera
     n = x.shape[0]
     cols_f, cols_a, names = [np.ones(n), np.zeros(n)], [np.zeros(n), np.ones(n)], ["Intercept", "recognition"]
     if kind is not None:
-        cols_f.append(kind.astype(float)); cols_a.append(np.zeros(n)); names.append("recognition_finetune")
+        cols_f.append(kind.astype(float))
+        cols_a.append(np.zeros(n))
+        names.append("recognition_finetune")
         if interaction:
-            cols_f.append(np.zeros(n)); cols_a.append(kind.astype(float))
+            cols_f.append(np.zeros(n))
+            cols_a.append(kind.astype(float))
             names.append("recognition:recognition_finetune")
     levels = sorted(set(datasets))
     for ds in levels[1:]:  # effects coding: the intercept is the mean of the datasets' intercepts
         cols_f.append((datasets == ds).astype(float) - (datasets == levels[0]).astype(float))
-        cols_a.append(np.zeros(n)); names.append(f"dataset[{ds}]")
+        cols_a.append(np.zeros(n))
+        names.append(f"dataset[{ds}]")
     return np.column_stack(cols_f), np.column_stack(cols_a), names
 
 

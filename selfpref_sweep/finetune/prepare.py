@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..config import DatasetKind, ModelConfig
-from ..data import PAPER_SOURCES, Article
+from ..data import PAPER_SOURCES
 from ..errors import ConfigError
 from ..models import model_identity
 from ..models.cached import CachedModel

@@ -3,7 +3,7 @@ optional backend's dependencies (torch, an API client) load only when a cell use
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Dict
 
 from typing import TYPE_CHECKING
 
@@ -35,7 +35,9 @@ def load_model(model_cfg: "ModelConfig", store: Store, model_cache: str, show_pr
     cls = backend_class(model_cfg.backend)
     identity: ModelIdentity = cls.identity_for(model_cfg)
     key = (identity, repr(model_cfg))  # the config too: settings outside the identity (prefix_reuse, ...)
-    build: Callable[[], ModelAPI] = lambda: cls(model_cfg, model_cache=model_cache, show_progress=show_progress)
+    def build() -> ModelAPI:
+        return cls(model_cfg, model_cache=model_cache, show_progress=show_progress)
+
     return CachedModel(identity, lambda: POOL.acquire(key, build), store, show_progress=show_progress,
                        judge_settings=cls.judge_settings(model_cfg),
                        release=lambda backend, keep: POOL.release(key, backend, keep))
