@@ -99,6 +99,14 @@ def whitespace_token_ids(decoded_vocab: Sequence[str], special_ids: set,
     return sorted(ids)
 
 
+def stop_token_ids(tokenizer) -> List[int]:
+    """The tokens generation stops at: the tokenizer's end of sequence and every end-of-turn marker it has."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[t] for t in _END_OF_TURN if t in vocab)
+    return sorted(ids)
+
+
 def tokenizer_whitespace_ids(tokenizer, decoded_vocab: Sequence[str]) -> List[int]:
     """`whitespace_token_ids` of a Hugging Face tokenizer, a token that decodes to "" read after a word."""
     special = set(tokenizer.all_special_ids)
@@ -248,10 +256,7 @@ class LocalModel(ModelAPI):
 
     @cached_property
     def _stop_ids(self) -> List[int]:
-        ids = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-        vocab = self.tokenizer.get_vocab()
-        ids.update(vocab[t] for t in _END_OF_TURN if t in vocab)
-        return sorted(ids)
+        return stop_token_ids(self.tokenizer)
 
     # -------------------------------------------------------------- generation
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:

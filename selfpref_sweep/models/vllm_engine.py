@@ -28,7 +28,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
-from .local import FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, tokenizer_whitespace_ids
+from .local import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
+                    tokenizer_whitespace_ids)
 from .precision import resolve_dtype
 from .weights import local_hf_dir, weights_fingerprint
 
@@ -53,6 +54,7 @@ class VLLMModel(ModelAPI):
         from transformers import AutoTokenizer
 
         self.cfg, self.show_progress = cfg, show_progress
+        self._answer_id_cache: Dict[str, List[int]] = {}
         self.identity = self.identity_for(cfg)
         if option(cfg, "weights"):
             path, revision = str(local_hf_dir(cfg, model_cache)), None
@@ -116,7 +118,11 @@ class VLLMModel(ModelAPI):
         return self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
 
     def _answer_ids(self, answer: str) -> List[int]:
-        return answer_token_ids(self._decoded_vocab, answer, set(self.tokenizer.all_special_ids))
+        # Read once per answer: finding them scans the whole vocabulary.
+        if answer not in self._answer_id_cache:
+            special = set(self.tokenizer.all_special_ids)
+            self._answer_id_cache[answer] = answer_token_ids(self._decoded_vocab, answer, special)
+        return self._answer_id_cache[answer]
 
     def _run(self, ids: List[List[int]], params: list):
         from vllm.inputs import TokensPrompt
@@ -186,11 +192,7 @@ class VLLMModel(ModelAPI):
     # --------------------------------------------------------------------------------------- generation
     @cached_property
     def _stop_ids(self) -> List[int]:
-        from .local import _END_OF_TURN
-
-        vocab = self.tokenizer.get_vocab()
-        ids = {self.tokenizer.eos_token_id} if self.tokenizer.eos_token_id is not None else set()
-        return sorted(ids | {vocab[t] for t in _END_OF_TURN if t in vocab})
+        return stop_token_ids(self.tokenizer)
 
     def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
         SamplingParams = self._vllm.SamplingParams
