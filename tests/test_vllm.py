@@ -115,7 +115,7 @@ def test_the_vllm_preset_runs_a_whole_cell_against_vllms_server(vllm_server, tmp
 def test_the_in_process_backend_runs_a_cell_and_agrees_with_the_hf_backend(tmp_path):
     """backend: vllm runs every measurement; its answer probabilities and text scores on the very prompts it
     judged equal the Hugging Face backend's to float32 rounding. (In float32, so the check does not hang on which
-    bf16 kernels a CPU kind has: in bf16 the two differed by up to 0.021 here, README "vLLM in this process".)"""
+    bf16 kernels a CPU kind has: in bf16 the two differed by up to 0.021 here, docs/vllm.md.)"""
     qwen05_dir(FLOAT32)  # converted by this (main) environment, shared through the model cache
     env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE}
     cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm", *FLOAT32, *CELL,

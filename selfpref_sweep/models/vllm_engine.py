@@ -13,7 +13,7 @@ Work goes to vLLM in slices of `SLICE` requests, so a killed run keeps every fin
 
 vLLM's kernels are not batch-invariant: a result may move in its last bits with what shares its batch, as the
 local backend's batched results do. The identity's schedule ("vllm") keeps these entries apart from the local
-backend's. vLLM pins its own transformers, so it is usually installed in a virtualenv of its own (README, "vLLM").
+backend's. vLLM pins its own transformers, so it is usually installed in a virtualenv of its own (docs/vllm.md).
 """
 
 from __future__ import annotations
