@@ -133,11 +133,14 @@ class ModelConfig:
     # Local models: batch-invariant computation, so a result depends only on its own prompt, never on which
     # other requests shared its batch or what the prefix cache held (a killed-and-resumed or re-split sweep gives
     # the same numbers). Prompts run one at a time, their KV caches built in fixed chunks of
-    # batch_invariant_chunk tokens from position 0 and reused only at those boundaries. null (auto): on where
-    # the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
+    # batch_invariant_chunk tokens from position 0 and reused only at those boundaries; pieces of one shape
+    # from many prompts share a forward where the device gives each row what it gives alone. null (auto): on
+    # where the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
     # float32 (exact up to float32 rounding, and faster batched). models/local.py.
     batch_invariant: Optional[bool] = None
     batch_invariant_chunk: int = 64
+    # Local models: tokens per forward pass. null: from the device (1024 on a CPU, 16384 on a GPU).
+    forward_tokens: Optional[int] = None
     # backend vllm (models/vllm_engine.py): the share of the device's memory vLLM takes for weights and KV cache
     # (its gpu_memory_utilization; on a CPU, of the machine's memory). null: vLLM's default on a GPU, 0.3 on a CPU.
     vllm_memory_fraction: Optional[float] = None

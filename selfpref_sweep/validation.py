@@ -89,6 +89,7 @@ RANGES: Dict[Tuple[type, str], Range] = {
     (ModelConfig, "top_logprobs"): Range(low=0, high=MAX_TOP_LOGPROBS, integer=True),
     (ModelConfig, "timeout_s"): POSITIVE,
     (ModelConfig, "batch_invariant_chunk"): Range(low=1, high=4096, integer=True),
+    (ModelConfig, "forward_tokens"): Range(low=1, high=2 ** 20, integer=True),
     (ModelConfig, "max_retries"): NON_NEGATIVE_INT,
     (ModelConfig, "retry_backoff_s"): NON_NEGATIVE,
     (ModelConfig, "sample_fallback_k"): NON_NEGATIVE_INT,

@@ -89,6 +89,8 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
         return {r: d.probs for batch in batches for r, d in model.answer_distributions(batch)}
 
     together = judged([requests])
+    if model.rows_invariant:  # pieces of one shape from several prompts shared a forward
+        assert model.largest_batch > 1
     assert judged([requests[1::2], requests[0::2]]) == together  # another batch and cache history
     assert judged([[r] for r in reversed(requests)]) == together  # one at a time, last first
 

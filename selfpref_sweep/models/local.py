@@ -31,9 +31,14 @@ another prefix, and which batch a prompt lands in depends on what an earlier, pe
 this mode every prompt runs alone: its KV cache is built in fixed chunks of `batch_invariant_chunk` tokens from
 position 0 (chunk k always one forward of exactly those tokens on the cache of chunks < k), the prefix LRU
 holds and serves only caches at chunk boundaries, and the rest of the prompt is one forward of its own. So
-the same tokens always meet the same shapes, and a result depends on its own prompt alone. Summaries are
-decoded one prompt at a time on the same chunked cache. The identity's `schedule` ("chunks64") keeps these
-results apart from batched ones in the call cache. bench/batch_invariance.py measures the cost.
+the same tokens always meet the same shapes, and a result depends on its own prompt alone. The pieces are
+not run one prompt at a time, though: every chunk at one depth has one shape, and so has every tail of one
+length on one boundary, and where the device gives each row of a batched forward the bits it gives alone
+(`rows_invariant`, probed once per model; true on the CPUs measured for pieces of 16 tokens or more) such
+pieces from many prompts share a forward, up to the device's token budget (`forward_tokens`). Results are
+bit-identical to one prompt per forward, only faster. Summaries are decoded one prompt at a time on the same
+chunked cache. The identity's `schedule` ("chunks64") keeps these results apart from batched ones in the call
+cache. bench/judge_speed.py and bench/batch_invariance.py measure the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
 requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
@@ -73,6 +78,12 @@ SPLIT_MAX_TOKENS = 4
 
 # See LocalModel.min_extend_saving; chosen with bench/judge_speed.py (README, "Caching and speed").
 MIN_EXTEND_SAVING = 32
+
+# Batch-invariant computation batches rows of at least this many new tokens only: a matrix product of fewer
+# rows takes other kernels here (oneDNN, bf16: a 1-token row alone differs from the same row in a batch of 2,
+# a 3-token one from it in a batch of 4), while from 16 rows on the measured products gave each row the same
+# bits in any batch. Shorter tails run alone, as before.
+MIN_BATCHED_LENGTH = 16
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -158,6 +169,7 @@ class LocalModel(ModelAPI):
         # forward pass reads every weight once, worth about as much as a few dozen tokens on a CPU.
         self.min_extend_saving = MIN_EXTEND_SAVING
         self.generate_batch = int(option(cfg, "generate_batch", 8))
+        self.forward_tokens, self.kv_budget_bytes = 1024, 2 * 2 ** 30  # set for the device by _load
         self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
@@ -165,6 +177,7 @@ class LocalModel(ModelAPI):
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
         self.second_positions = 0  # prompts whose answer was read at a second position (split answers)
+        self.forwards = self.largest_batch = 0  # batch-invariant forwards run, and the most rows one held
         self._load()
 
     @classmethod
@@ -219,12 +232,27 @@ class LocalModel(ModelAPI):
             self.model = attach_adapter(self.model, adapter.path)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device).eval()
+        self._size_for_device()
         if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):
             self.prefix_reuse = False  # sliding-window layers keep no full prefix to crop back to
         if self.cfg.chat and not self.tokenizer.chat_template:
             raise ModelUnavailableError(f"Model {self.cfg.name!r} has no chat template; set chat: false and a "
                                         f"completion_prompt to use it as a summary source.")
         log.info("loaded %s in %.1fs on %s", self.identity.label, time.time() - start, self.device)
+
+    def _size_for_device(self) -> None:
+        """Work per forward from the device. A CPU is compute-bound from a few hundred tokens per forward (2
+        cores: 1.8 ms/token at 1 x 64, 1.3-1.5 at 8 x 64 and 16 x 64, up to 1.9 at 32 x 64; bench/judge_speed.py
+        --forward-cost); a GPU needs thousands of tokens and many rows to fill, and the KV caches of a batch may
+        take part of the memory left after the weights. The batched schedule's `max_batch` stays 8 on a CPU,
+        where its numbers were measured."""
+        tokens = option(self.cfg, "forward_tokens", None)
+        if self.device == "cuda":
+            free, _ = self.torch.cuda.mem_get_info()
+            self.forward_tokens, self.kv_budget_bytes = int(tokens or 16384), int(0.4 * free)
+            self.max_batch = 32
+        else:
+            self.forward_tokens, self.kv_budget_bytes = int(tokens or 512), 2 * 2 ** 30
 
     # ----------------------------------------------------------------- prompts
     def render(self, messages) -> str:
@@ -353,15 +381,146 @@ class LocalModel(ModelAPI):
 
     def _invariant_distributions(self, prompts: List[List[int]], requests: Sequence[AnswerRequest]
                                  ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
-        """Each prompt alone on its chunk-boundary cache: its numbers depend on its own tokens only."""
-        for ids, req in zip(prompts, requests):
-            start, cache = self._boundary_cache(ids)
-            hidden, own_cache = self._forward_last([ids[start:]], cache)
-            self.tokens_computed += len(ids) - start
-            self.tokens_requested += len(ids)
-            yield req, self._distributions(hidden, own_cache, [len(ids)], [req])[0]
+        """Each prompt's tail on its chunk-boundary cache, as if alone: its numbers depend on its own tokens only.
+        The output layer runs one row at a time (a float32 product's rounding depends on its row count here)."""
+        for rows, out, cache in self._invariant_runs(prompts, [[] for _ in prompts]):
+            hidden = out.last_hidden_state
+            for r, i in enumerate(rows):
+                self.tokens_requested += len(prompts[i])
+                dist = self._distributions(hidden[r, -1:].clone(), _row_cache(cache, r), [len(prompts[i])], [requests[i]])
+                yield requests[i], dist[0]
 
     # --------------------------------------------------------- batch-invariant computation
+    def _invariant_runs(self, prompts: List[List[int]], extras: List[List[int]]
+                        ) -> Iterator[Tuple[List[int], object, object]]:
+        """Run every prompt as batch-invariant computation does alone, batched where that changes no bit.
+
+        Prompt i's cache is built chunk by chunk up to its boundary b_i (the last multiple of the chunk before
+        its last token), then prompt[b_i:] + extras[i] runs as one forward. Chunks of the same depth are one
+        shape (the chunk on a cache of depth x chunk), and so are tails of one length on one boundary; on a
+        device where rows of one shape come out bit for bit as they do alone (`rows_invariant`), each shape
+        runs as a few batches of many rows instead of one forward per prompt. Yields (prompt indices, the
+        tails' forward output, its cache) per batch of tails."""
+        order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+        bounds = [(len(p) - 1) // self.chunk * self.chunk for p in prompts]
+        longest = max((len(p) + len(e) for p, e in zip(prompts, extras)), default=1)
+        window = self._window(longest)
+        for w in range(0, len(order), window):
+            yield from self._invariant_window(prompts, extras, bounds, order[w:w + window])
+
+    def _invariant_window(self, prompts, extras, bounds, window: List[int]) -> Iterator[Tuple[List[int], object, object]]:
+        """`_invariant_runs` for some prompts, depth by depth: the tails that start at this depth, then the
+        next chunk of every prompt that goes deeper (from the prefix LRU where it holds it)."""
+        key = (lambda i, n: tuple(prompts[i][:n])) if self.prefix_reuse else (lambda i, n: (i,) + tuple(prompts[i][:n]))
+        level: Dict[tuple, object] = {}
+        for depth in range(0, max(bounds[i] for i in window) + 1, self.chunk):
+            tails: Dict[int, List[int]] = {}
+            for i in window:
+                if bounds[i] == depth:
+                    tails.setdefault(len(prompts[i]) - depth + len(extras[i]), []).append(i)
+            for length, group in sorted(tails.items()):
+                for rows in self._row_batches(group, depth, length):
+                    ids = [prompts[i][depth:] + extras[i] for i in rows]
+                    out = self._forward_rows(ids, self._stacked([level[key(i, depth)] for i in rows]) if depth else None)
+                    self.tokens_computed += sum(len(prompts[i]) - depth for i in rows)
+                    yield rows, out, _returned_cache(out)
+            level = self._next_level(prompts, [i for i in window if bounds[i] > depth], depth, level, key)
+
+    def _next_level(self, prompts, deeper: List[int], depth: int, level: Dict[tuple, object], key) -> Dict[tuple, object]:
+        """The caches one chunk deeper of the given prompts: each distinct one from the LRU or computed, the
+        computed ones a few batches of rows (every row one chunk on a cache of `depth` tokens)."""
+        nxt: Dict[tuple, object] = {}
+        todo: Dict[tuple, int] = {}
+        for i in deeper:
+            k = key(i, depth + self.chunk)
+            if k in nxt or k in todo:
+                continue
+            stored = self.prefix_lru.longest(prompts[i][:depth + self.chunk], at_least=depth + self.chunk)[1] \
+                if self.prefix_reuse else None
+            if stored is not None:
+                nxt[k] = stored
+            else:
+                todo[k] = i
+        for rows in self._row_batches(list(todo.values()), depth, self.chunk):
+            base = self._stacked([level[key(i, depth)] for i in rows]) if depth else None
+            cache = self._run_rows([prompts[i][depth:depth + self.chunk] for i in rows], base)
+            self.tokens_computed += self.chunk * len(rows)
+            for r, i in enumerate(rows):
+                nxt[key(i, depth + self.chunk)] = row = _row_cache(cache, r)
+                if self.prefix_reuse:
+                    self.prefix_lru.put(prompts[i][:depth + self.chunk], row)
+        return nxt
+
+    def _row_batches(self, group: List[int], depth: int, length: int) -> Iterator[List[int]]:
+        """Batches of one shape (`length` new tokens on a cache of `depth`): as many rows as the budget allows
+        where rows are invariant, else one."""
+        size = self._rows(depth, length) if length >= MIN_BATCHED_LENGTH and self.rows_invariant else 1
+        for k in range(0, len(group), size):
+            yield group[k:k + size]
+
+    def _stacked(self, caches: List[object]):
+        """One batch cache from row caches of one length: a new cache object (a forward extends the one it is
+        given, and these rows' caches are read again)."""
+        return _clone_cache(caches[0]) if len(caches) == 1 else _stack_left_padded(caches, caches[0].get_seq_length())
+
+    def _forward_rows(self, ids: List[List[int]], cache):
+        """The model's output over rows of equal length, in one batch on `cache` (one row per prompt)."""
+        torch = self.torch
+        self.forwards += 1
+        self.largest_batch = max(self.largest_batch, len(ids))
+        with torch.inference_mode():
+            return self.model.get_decoder()(input_ids=torch.tensor(ids, device=self.device), **self._kv(cache),
+                                            use_cache=True)
+
+    def _run_rows(self, ids: List[List[int]], cache):
+        """The cache after running rows of equal length on it."""
+        return _returned_cache(self._forward_rows(ids, cache))
+
+    @cached_property
+    def rows_invariant(self) -> bool:
+        """Whether rows of one shape (of at least MIN_BATCHED_LENGTH new tokens) come out of a batched forward
+        bit for bit as each does alone on this device, checked once: a chunk on no cache, then tails of a few
+        lengths on it, in batches of 2 and 3. True on the CPUs measured (oneDNN); where it fails, batch-invariant
+        computation runs one prompt per forward, as it always did."""
+        torch = self.torch
+        tails = (MIN_BATCHED_LENGTH, MIN_BATCHED_LENGTH + 5, self.chunk)
+        rows = torch.randint(0, min(len(self.tokenizer), 32000), (3, self.chunk + max(tails)),
+                             generator=torch.Generator().manual_seed(0)).tolist()
+        alone = [self._run_rows([row[:self.chunk]], None) for row in rows]
+        together = self._run_rows([row[:self.chunk] for row in rows], None)
+        same = True
+        for n, t in ((3, tails[0]), (2, tails[1]), (3, tails[2])):
+            batch = self._forward_rows([r[self.chunk:self.chunk + t] for r in rows[:n]],
+                                       _stack_left_padded([_row_cache(together, r) for r in range(n)], self.chunk))
+            for r in range(n):
+                own = self._forward_rows([rows[r][self.chunk:self.chunk + t]], _clone_cache(alone[r]))
+                same = same and torch.equal(own.last_hidden_state[0], batch.last_hidden_state[r])
+        log.info("%s: rows of one shape %s batched on %s", self.identity.label, "are" if same else "are not",
+                 self.device)
+        return same
+
+    def _rows(self, depth: int, length: int) -> int:
+        """Rows per forward of `length` new tokens on a cache of `depth`: within the device's token budget per
+        forward and its KV-cache budget."""
+        by_tokens = self.forward_tokens // max(1, length)
+        by_memory = self.kv_budget_bytes // max(1, (depth + length) * self._kv_bytes_per_token)
+        return max(1, min(by_tokens, by_memory))
+
+    def _window(self, longest: int) -> int:
+        """How many prompts batch-invariant computation takes at once: their caches fit the KV budget."""
+        return max(1, self.kv_budget_bytes // max(1, longest * self._kv_bytes_per_token))
+
+    @cached_property
+    def _kv_bytes_per_token(self) -> int:
+        c = self.model.config
+        layers = getattr(c, "num_hidden_layers", None)
+        heads = getattr(c, "num_key_value_heads", None) or getattr(c, "num_attention_heads", None)
+        if not layers or not heads:
+            return 1024  # a model that does not say (a test stub): any positive size works
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        size = self.torch.finfo(getattr(self.torch, self.identity.dtype)).bits // 8
+        return 2 * layers * heads * head_dim * size
+
     def _boundary_cache(self, prompt: List[int]) -> Tuple[int, object]:
         """The last chunk boundary before the prompt's last token (whose position's output is read), and the
         KV cache of the prompt up to it (None at 0): the rest of the prompt runs as one forward of its own."""
@@ -398,25 +557,31 @@ class LocalModel(ModelAPI):
                 raise ValueError("sequence_logprobs needs a non-empty prompt")
             prompts.append(prompt)
             texts.append(text)
-        for step, cache in self._text_steps(prompts):
-            suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
-            hidden = self._forward_batch(suffixes, cache).last_hidden_state
-            self.tokens_computed += sum(map(len, suffixes))
-            for row, i in enumerate(step.prompts):
-                first = len(prompts[i]) - 1 - step.start  # the position that predicts the first text token
+        for rows, start, hidden in self._text_runs(prompts, texts):
+            for row, i in enumerate(rows):
+                first = len(prompts[i]) - 1 - start[row]  # the position that predicts the first text token
                 total = self._token_logprobs(hidden[row, first:first + len(texts[i])], texts[i])
                 self.tokens_requested += len(prompts[i]) + len(texts[i])
                 yield requests[i], SequenceLogprobs(total=total, n_tokens=len(texts[i]), prompt_tokens=len(prompts[i]))
 
-    def _text_steps(self, prompts: List[List[int]]) -> Iterator[Tuple[Score, object]]:
-        """The Score steps that scoring given texts runs, each with the cache it starts from: batch-invariant,
-        each prompt alone from its chunk boundary; else the shared-prefix schedule (without prefix reuse,
-        each prompt from scratch)."""
+    def _text_runs(self, prompts: List[List[int]], texts: List[List[int]]
+                   ) -> Iterator[Tuple[List[int], List[int], object]]:
+        """Batches of prompt + text run through the model: (prompt indices, where each row starts in its prompt,
+        the last hidden states). Batch-invariant: each row from its prompt's chunk boundary; else the shared-
+        prefix schedule over the prompts (without prefix reuse, each prompt from scratch)."""
         if self.chunk:
-            for i, prompt in enumerate(prompts):
-                start, cache = self._boundary_cache(prompt)
-                yield Score([i], start), cache
+            for rows, out, _ in self._invariant_runs(prompts, texts):
+                self.tokens_computed += sum(map(len, (texts[i] for i in rows)))
+                yield rows, [(len(prompts[i]) - 1) // self.chunk * self.chunk for i in rows], out.last_hidden_state
             return
+        for step, cache in self._text_steps(prompts):
+            suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
+            self.tokens_computed += sum(map(len, suffixes))
+            yield step.prompts, [step.start] * len(step.prompts), self._forward_batch(suffixes, cache).last_hidden_state
+
+    def _text_steps(self, prompts: List[List[int]]) -> Iterator[Tuple[Score, object]]:
+        """The Score steps of scoring given texts, each with the cache it starts from: the shared-prefix schedule
+        (without prefix reuse, each prompt from scratch)."""
         steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
                  else [Score([i], 0) for i in range(len(prompts))])
         yield from self._walk(prompts, steps)
@@ -640,6 +805,14 @@ def _stack_left_padded(caches: List[object], width: int):
             return torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in rows], dim=0)
         layer.keys, layer.values = stacked("keys"), stacked("values")
     return batch
+
+
+def _row_cache(cache, row: int):
+    """Row `row` of a batch cache as a cache of its own (a view: no copy)."""
+    twin = _clone_cache(cache)
+    for layer in twin.layers:
+        layer.keys, layer.values = layer.keys[row:row + 1], layer.values[row:row + 1]
+    return twin
 
 
 def _cache_bytes(cache) -> int:
