@@ -1,12 +1,20 @@
-"""Time pairwise judging with prefix reuse against scoring every prompt from scratch.
+"""Time the local backend's judging: the default schedule against the batched one, and against scratch.
 
-Workload (issue "Core", item 9): 5 paper_xsum articles x 4 sources (gpt4, gpt35, claude, llama
-against the human summary as the "own" one) x 2 orders x 2 questions = 80 prompts, 52,560 tokens,
-12,449 distinct prefix tokens with qwen05's tokenizer. Needs the paper data:
+Workload: 5 paper_xsum articles x 4 sources (gpt4, gpt35, claude, llama against the human summary as the
+"own" one) x 2 orders x 2 questions = 80 prompts, 52,560 tokens, 12,449 distinct prefix tokens with qwen05's
+tokenizer. The same loaded model judges them three ways, each from a cold prefix cache:
+  default:  what the evaluator's config gives (in bf16: batch-invariant, chunks of 64 tokens);
+  batched:  batch_invariant=false (the shared-prefix trie, batches of 8);
+  scratch:  every prompt from scratch (extrapolated from --scratch-sample prompts).
+Needs the paper data:
 
-    python bench/judge_speed.py [--root ../shared/paper-data] [--scratch-sample 80]
+    python bench/judge_speed.py [--root ../shared/paper-data] [--scratch-sample 8] [--forward-cost]
 
-Ends with one line: s_per_judgement=<x> ratio_vs_scratch=<y> (ratio = reuse time / scratch time).
+--forward-cost also prints what one forward costs per token by its size (rows x tokens on a 512-token cache),
+which sizes a forward's token budget for the device (models/local.py, `forward_tokens`).
+
+Ends with one line: s_per_judgement=<default> batched=<b> ratio_vs_batched=<default / batched>
+ratio_vs_scratch=<batched / scratch>.
 """
 
 from __future__ import annotations
@@ -41,13 +49,42 @@ def paper_requests(handle, prompts, dataset) -> list:
     return requests
 
 
+def timed(model, requests):
+    """Answer probabilities of every request from a cold prefix cache, with wall and CPU seconds."""
+    model.prefix_lru.clear()
+    model.tokens_computed = model.tokens_requested = 0
+    t0, c0 = time.time(), time.process_time()
+    probs = {r: d.probs for r, d in model.answer_distributions(requests)}
+    return probs, time.time() - t0, time.process_time() - c0
+
+
+def forward_cost(model) -> None:
+    """Milliseconds per token of one forward by its shape, on a 512-token cache (random tokens)."""
+    import torch
+
+    from selfpref_sweep.models.local import _clone_cache
+
+    ids = torch.randint(0, 30000, (600,), generator=torch.Generator().manual_seed(0)).tolist()
+    base = model._run_rows([ids[:512]], None)
+    for rows, tokens in ((1, 1), (1, 8), (1, 32), (1, 64), (8, 32), (8, 64), (16, 64), (32, 64)):
+        best = min(_time(lambda: model._forward_rows([ids[512:512 + tokens]] * rows, _clone_cache(base, batch=rows)))
+                   for _ in range(3))
+        print(f"forward of {rows} x {tokens} tokens: {best * 1e3:.0f} ms, {best * 1e3 / (rows * tokens):.2f} ms/token")
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "paper-data"))
     ap.add_argument("--evaluator", default="qwen05")
     ap.add_argument("--n-articles", type=int, default=5)
-    ap.add_argument("--scratch-sample", type=int, default=80,
-                    help="how many of the prompts to also time from scratch (all 80 by default)")
+    ap.add_argument("--scratch-sample", type=int, default=8, help="how many of the prompts to also time from scratch")
+    ap.add_argument("--forward-cost", action="store_true", help="also time single forwards by their size")
     args = ap.parse_args()
 
     register_configs()
@@ -58,30 +95,35 @@ def main() -> None:
     dataset = load_dataset(cfg.dataset)
     t0 = time.time()
     model = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache)
-    print(f"model loaded in {time.time() - t0:.1f}s")
+    print(f"model loaded in {time.time() - t0:.1f}s ({model.identity.dtype}, schedule {model.identity.schedule!r})")
     handle = CachedModel(model.identity, lambda: model, store=None)  # only for its identity in requests
     requests = paper_requests(handle, prompts, dataset)
     print(f"{len(requests)} judge prompts")
+    if args.forward_cost:
+        forward_cost(model)
 
-    list(model.answer_distributions(requests[:2]))  # warm-up (allocator, answer-token tables)
-    model.prefix_lru.clear()  # a cold start: the warm-up's prefixes are not reused
-    model.tokens_computed = model.tokens_requested = 0
-    t0, c0 = time.time(), time.process_time()
-    with_reuse = dict(model.answer_distributions(requests))
-    reuse_s, reuse_cpu = time.time() - t0, time.process_time() - c0
-    print(f"prefix reuse: {reuse_s:.1f}s wall ({reuse_cpu:.1f}s CPU) for {len(requests)} judgements; "
-          f"tokens requested {model.tokens_requested}, computed {model.tokens_computed}")
+    list(model.answer_distributions(requests[:2]))  # warm-up (allocator, answer-token tables, row probe)
+    default, default_s, default_cpu = timed(model, requests)
+    print(f"default ({model.identity.schedule or 'batched'}): {default_s:.1f}s wall ({default_cpu:.1f}s CPU) for "
+          f"{len(requests)} judgements; tokens requested {model.tokens_requested}, computed {model.tokens_computed}; "
+          f"{model.forwards} forwards of up to {model.largest_batch} rows")
+
+    chunk, model.chunk = model.chunk, 0
+    batched, batched_s, batched_cpu = timed(model, requests)
+    print(f"batched (max_batch {model.max_batch}): {batched_s:.1f}s wall ({batched_cpu:.1f}s CPU); "
+          f"tokens computed {model.tokens_computed}")
 
     sample = requests[: args.scratch_sample]
     model.prefix_reuse = False
-    t0, c0 = time.time(), time.process_time()
-    scratch = dict(model.answer_distributions(sample))
-    scratch_s = (time.time() - t0) * len(requests) / len(sample)
-    scratch_cpu = (time.process_time() - c0) * len(requests) / len(sample)
-    worst = max(abs(with_reuse[r].probs[a] - scratch[r].probs[a]) for r in sample for a in r.answers)
-    print(f"from scratch: {scratch_s:.1f}s wall ({scratch_cpu:.1f}s CPU, extrapolated from {len(sample)} prompts); "
-          f"max |p_reuse - p_scratch| = {worst:.2e}")
-    print(f"s_per_judgement={reuse_s / len(requests):.3f} ratio_vs_scratch={reuse_s / scratch_s:.3f}")
+    scratch, scratch_s, scratch_cpu = timed(model, sample)
+    scale = len(requests) / len(sample)
+    worst = max(abs(batched[r][a] - scratch[r][a]) for r in sample for a in r.answers)
+    gap = max(abs(batched[r][a] - default[r][a]) for r in requests for a in r.answers)
+    print(f"from scratch: {scratch_s * scale:.1f}s wall ({scratch_cpu * scale:.1f}s CPU, extrapolated from "
+          f"{len(sample)} prompts); max |p_batched - p_scratch| = {worst:.2e}; max |p_batched - p_default| = {gap:.2e}")
+    model.chunk = chunk
+    print(f"s_per_judgement={default_s / len(requests):.3f} batched={batched_s / len(requests):.3f} "
+          f"ratio_vs_batched={default_s / batched_s:.3f} ratio_vs_scratch={batched_s / (scratch_s * scale):.3f}")
 
 
 if __name__ == "__main__":
