@@ -27,8 +27,8 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from selfpref_sweep.cell.dataset_loaders import load_dataset
 from selfpref_sweep.config import register_configs
-from selfpref_sweep.data import load_dataset
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import LocalModel
 

@@ -24,11 +24,11 @@ from omegaconf import OmegaConf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from selfpref_sweep.cell.dataset_loaders import load_dataset  # noqa: E402
+from selfpref_sweep.cell.summaries import generation_request  # noqa: E402
 from selfpref_sweep.config import register_configs  # noqa: E402
-from selfpref_sweep.data import load_dataset  # noqa: E402
 from selfpref_sweep.models.cached import CachedModel  # noqa: E402
 from selfpref_sweep.models.local import LocalModel  # noqa: E402
-from selfpref_sweep.summaries import generation_request  # noqa: E402
 
 
 def main() -> None:

@@ -36,14 +36,14 @@ sys.path.insert(0, str(REPO))
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
+from selfpref_sweep.cell.dataset_loaders import load_dataset  # noqa: E402
+from selfpref_sweep.cell.judging import pairwise_requests  # noqa: E402
+from selfpref_sweep.cell.pairs import Pair  # noqa: E402
+from selfpref_sweep.cell.prompts import standardize  # noqa: E402
+from selfpref_sweep.cell.summaries import generation_request  # noqa: E402
 from selfpref_sweep.config import register_configs  # noqa: E402
-from selfpref_sweep.data import load_dataset  # noqa: E402
-from selfpref_sweep.judging import pairwise_requests  # noqa: E402
 from selfpref_sweep.models.cached import CachedModel  # noqa: E402
 from selfpref_sweep.models.weights import local_hf_dir  # noqa: E402
-from selfpref_sweep.pairs import Pair  # noqa: E402
-from selfpref_sweep.prompts import standardize  # noqa: E402
-from selfpref_sweep.summaries import generation_request  # noqa: E402
 
 # Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width.
 SHAPES = {"tiny": (64, 2, 4, 2, 128), "0.5b": (896, 24, 14, 2, 4864), "7b": (3584, 28, 28, 4, 18944)}

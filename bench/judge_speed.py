@@ -26,12 +26,12 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from selfpref_sweep.cell.dataset_loaders import load_dataset
+from selfpref_sweep.cell.judging import Pair, pairwise_requests
+from selfpref_sweep.cell.prompts import standardize
 from selfpref_sweep.config import register_configs
-from selfpref_sweep.data import load_dataset
-from selfpref_sweep.judging import Pair, pairwise_requests
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import LocalModel
-from selfpref_sweep.prompts import standardize
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

@@ -51,11 +51,11 @@ def config_path() -> str:
 
 def run_job(cfg: DictConfig) -> None:
     """One Hydra job: a cell, or its plan with plan=true. Errors are recorded in the cell directory."""
-    from .cell import run_cell  # after Hydra has parsed the command line: keeps --help fast
-    from .plan import plan_cell
-    from .record import ERROR_FILE, wandb_group_name
-    from .spec import resolve_cell
-    from .validation import validate_config
+    from .cell.runner import run_cell  # after Hydra has parsed the command line: keeps --help fast
+    from .cell.plan import plan_cell
+    from .records.schema import ERROR_FILE, wandb_group_name
+    from .config.spec import resolve_cell
+    from .config.validation import validate_config
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)

@@ -18,8 +18,8 @@ from typing import Any, List, Optional
 
 from hydra.experimental.callback import Callback
 
-from .sweep_files import find_cell_dirs
-from .record import ERROR_FILE
+from .records.schema import ERROR_FILE
+from .records.sweep_dirs import find_cell_dirs
 
 _failed: List[Path] = []  # failed cell directories of the sweeps this process ran
 _damaged_stores: List[str] = []  # call stores those cells found damaged

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .record import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
+from .records.schema import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
 
 if TYPE_CHECKING:
     from .config import WandbConfig

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from selfpref_sweep.analysis import callback as callback_mod
 from selfpref_sweep.analysis import pipeline
 from selfpref_sweep.analysis.callback import AnalysisCallback
-from selfpref_sweep.analysis.cli import main as cli_main
+from selfpref_sweep.analysis.command import main as cli_main
 from selfpref_sweep.analysis.fit import (
     LEVEL_ITEM,
     LEVEL_SOURCE,
@@ -34,9 +34,9 @@ from selfpref_sweep.analysis.fit import (
     fit_robustness,
 )
 from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.units import paper_units, source_points
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.analysis.tables import to_markdown
+from selfpref_sweep.analysis.units import paper_units, source_points
 
 REPO = Path(__file__).resolve().parents[1]
 NO_WANDB = {"mode": "disabled"}

@@ -71,7 +71,7 @@ def _cycle(graph: dict):
 
 def test_no_import_cycle_among_modules():
     graph = import_graph()
-    assert "selfpref_sweep.cell" in graph and "selfpref_sweep.models.local" in graph
+    assert "selfpref_sweep.cell.runner" in graph and "selfpref_sweep.models.local" in graph
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -88,9 +88,9 @@ def test_the_analysis_reads_records_only():
         if m not in reachable:
             reachable.add(m)
             todo += graph[m]
-    for forbidden in ("selfpref_sweep.plan", "selfpref_sweep.cell", "selfpref_sweep.finetune", "selfpref_sweep.models"):
+    for forbidden in ("selfpref_sweep.cell.plan", "selfpref_sweep.cell.runner", "selfpref_sweep.finetune", "selfpref_sweep.models"):
         assert forbidden not in reachable, forbidden
-    assert "selfpref_sweep.record" in reachable
+    assert "selfpref_sweep.records.schema" in reachable
 
 
 def test_models_do_not_import_finetuning():
@@ -152,3 +152,12 @@ def test_no_backend_name_comparisons_outside_the_models():
              for path in sorted(PACKAGE.rglob("*.py")) if models not in path.parents
              for line, code in backend_name_comparisons(path.read_text(encoding="utf-8"))]
     assert not found, "\n".join(found)
+
+
+def test_the_package_is_laid_out_by_concern():
+    """A few modules at the top (the command, errors, registries, W&B, the sweep's end) beside subpackages by
+    concern, and no two modules with one name (so a name says which one is meant)."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 6, top
+    names = [p.stem for p in PACKAGE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -120,7 +120,7 @@ def test_bad_config_value_or_key_is_a_clear_error(tmp_path, override, words):
 ])
 def test_every_range_and_closed_node_is_checked(compose_cfg, override, words):
     from selfpref_sweep.errors import ConfigError
-    from selfpref_sweep.validation import validate_config
+    from selfpref_sweep.config.validation import validate_config
 
     with pytest.raises(ConfigError) as err:
         validate_config(compose_cfg([override]))
@@ -129,7 +129,7 @@ def test_every_range_and_closed_node_is_checked(compose_cfg, override, words):
 
 
 def test_valid_configs_pass_and_every_numeric_field_has_a_range(compose_cfg):
-    from selfpref_sweep.validation import unchecked_numeric_fields, validate_config
+    from selfpref_sweep.config.validation import unchecked_numeric_fields, validate_config
 
     assert unchecked_numeric_fields() == []
     for overrides in ([], ["dataset.n_articles=null", "judge.min_answer_mass=0", "+label.display_names.x=Y"],

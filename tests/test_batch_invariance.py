@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from selfpref_sweep.judging import Pair, pairwise_requests
+from selfpref_sweep.cell.judging import Pair, pairwise_requests
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models import model_identity
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message, ModelIdentity, SequenceRequest
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import LocalModel
-from selfpref_sweep.spec import resolve_cell
 from tests.conftest import REPO
 
 
@@ -74,7 +74,7 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
     model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
     assert model.chunk == 64
     handle = CachedModel(model.identity, lambda: model, store=None)
-    from selfpref_sweep.data import load_dataset
+    from selfpref_sweep.cell.dataset_loaders import load_dataset
 
     articles = load_dataset(spec.dataset).articles
     requests = []

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from selfpref_sweep.spec import resolve_cell
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from tests import fakes
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
@@ -54,7 +54,7 @@ def test_rerun_makes_no_model_calls_and_builds_no_model(compose_cfg, tmp_path):
 
 
 def test_exclusions_are_counted_not_dropped(compose_cfg, tmp_path, monkeypatch):
-    from selfpref_sweep import data
+    from selfpref_sweep.cell import dataset_loaders as data
 
     real = data.load_demo
 
@@ -156,7 +156,7 @@ def test_parallel_cells_share_the_store(tmp_path):
 def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch):
     import errno
 
-    from selfpref_sweep import files as cell_module  # where results are written
+    from selfpref_sweep.records import atomic as cell_module  # where results are written
     from selfpref_sweep.errors import StorageError
 
     def full(fd):
@@ -173,7 +173,7 @@ def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("policy", ["truncate", "refuse"])
 def test_article_longer_than_the_context(compose_cfg, tmp_path, monkeypatch, policy):
-    from selfpref_sweep import data
+    from selfpref_sweep.cell import dataset_loaders as data
 
     real = data.load_demo
 

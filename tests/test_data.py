@@ -3,7 +3,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.data import load_dataset
+from selfpref_sweep.cell.dataset_loaders import load_dataset
 from selfpref_sweep.errors import DataError
 
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from statsmodels.stats.power import TTestPower
 
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.results import format_result, table_row
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.cell.scoring import (LOGODDS_CLIP, detectable_effect, individual_logodds, individual_value,
+                                         pair_logodds, score_individual, score_order, score_pair, summarize_question,
+                                         unjudged)
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.results import format_result, table_row
-from selfpref_sweep.scoring import (LOGODDS_CLIP, detectable_effect, individual_logodds, individual_value,
-                                    pair_logodds, score_individual, score_order, score_pair, summarize_question,
-                                    unjudged)
-from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.tracking import summary_metrics
 from tests.conftest import FAKE_EVALUATOR
 

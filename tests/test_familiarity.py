@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from selfpref_sweep.analysis.familiarity import fit_familiarity, likelihood_units
+from selfpref_sweep.analysis.familiarity_report import fit_familiarity, likelihood_units
 from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.pairs import Pair
+from selfpref_sweep.cell.plan import plan_cell
+from selfpref_sweep.cell.prompts import summarize_messages
+from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.familiarity import familiarity_enabled, familiarity_requests
+from selfpref_sweep.measurements.familiarity import familiarity_enabled, familiarity_requests
 from selfpref_sweep.models.base import Message, ModelIdentity, SequenceRequest
-from selfpref_sweep.pairs import Pair
-from selfpref_sweep.plan import plan_cell
-from selfpref_sweep.prompts import summarize_messages
-from selfpref_sweep.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND
 
 FAMILIAR = ",familiar=tests.fakes:FamiliarJudge"
@@ -61,7 +61,7 @@ def test_requests_are_the_summarization_prompt_with_each_summary_as_the_reply(co
 
     judge = Judge()
     judge.identity = identity
-    from selfpref_sweep.data import Article
+    from selfpref_sweep.cell.dataset_loaders import Article
     articles = [Article("a1", "The article text. More.", "ref")]
     stage = familiarity_requests(judge, spec.evaluator, spec.judge, spec.prompts, "xsum", articles,
                                  [Pair("a1", "The article text. More.", "own text", "other text")], 100)

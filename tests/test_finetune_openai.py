@@ -8,11 +8,11 @@ import json
 
 import pytest
 
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ModelUnavailableError
 from selfpref_sweep.finetune import finetune_plan, format_plan, prepare_finetuned_evaluator
 from selfpref_sweep.finetune.openai_trainer import STATE, FinetuneFailed, FinetunePending
 from selfpref_sweep.models import load_model
-from selfpref_sweep.spec import resolve_cell
 from selfpref_sweep.store import Store
 from tests.conftest import FAKE_BACKEND
 from tests.openai_finetune_standin import StandIn

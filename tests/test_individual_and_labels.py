@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from selfpref_sweep.spec import resolve_cell
-from selfpref_sweep.cell import run_cell
-from selfpref_sweep.pairs import Pair, assign_labels
+from selfpref_sweep.cell.pairs import Pair, assign_labels
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.cell.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, ZERO_DENOMINATOR, individual_value,
+                                         score_individual)
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.scoring import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, ZERO_DENOMINATOR, individual_value, \
-    score_individual
 from tests.conftest import FAKE_EVALUATOR
 
 SCORES = ["1", "2", "3", "4", "5"]

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from statsmodels.regression.linear_model import OLS
 
-from selfpref_sweep.clustered import TOO_FEW, ClusteredOLS
 from selfpref_sweep.analysis.fit import LEVEL_SOURCE, fit_interaction, fit_ols
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.analysis.tables import fmt_ci, fmt_proportion, interaction_table, regression_table, to_markdown
 from selfpref_sweep.analysis.tables import wilson_ci
+from selfpref_sweep.stats.clustered import TOO_FEW, ClusteredOLS
 from tests.test_analysis import NO_WANDB, write_cell
 
 # "[0.500, 0.500]": an interval whose printed ends are equal.

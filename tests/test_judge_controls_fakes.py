@@ -17,8 +17,8 @@ import json
 import pandas as pd
 import pytest
 
-from selfpref_sweep.cell import run_cell
-from selfpref_sweep.spec import resolve_cell
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.config.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND
 from tests.fakes import FakeModel, _answers_at, _overlap, pairwise_parts as _pair
 

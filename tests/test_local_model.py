@@ -7,12 +7,12 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.spec import resolve_cell
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.prompts import pairwise_messages
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
 from selfpref_sweep.models.local import answer_token_ids
 from selfpref_sweep.models.prefix import common_prefix_len
-from selfpref_sweep.prompts import pairwise_messages
 
 
 def test_answer_spellings():
@@ -126,9 +126,9 @@ def test_familiarity_own_greedy_summary_is_likelier_than_the_reference(qwen):
     the likelier on most articles; prefix reuse (the prompt once for both texts) agrees with scoring from scratch."""
     import math
 
-    from selfpref_sweep.data import load_demo
+    from selfpref_sweep.cell.dataset_loaders import load_demo
     from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
-    from selfpref_sweep.prompts import summarize_messages
+    from selfpref_sweep.cell.prompts import summarize_messages
 
     model, prompts = qwen
     articles = load_demo(OmegaConf.create({"name": "demo", "task": "xsum", "n_articles": 2, "offset": 0,
@@ -176,7 +176,7 @@ def test_our_calls_print_no_warning(qwen):
     import warnings
 
     from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
-    from selfpref_sweep.prompts import summarize_messages
+    from selfpref_sweep.cell.prompts import summarize_messages
 
     model, prompts = qwen
     article = "The harbour reopened on Friday after storm repairs that took most of the winter."

@@ -10,10 +10,10 @@ import pytest
 
 from selfpref_sweep.analysis.items_view import write_items_html
 from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.plan import plan_cell
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
-from selfpref_sweep.plan import plan_cell
-from selfpref_sweep.spec import resolve_cell
 from tests.conftest import FAKE_EVALUATOR
 
 TOY = "toy=tests.toy_measurement:ToyMeasurement"  # the one registry entry

@@ -221,8 +221,8 @@ def test_batch_generation_equals_the_direct_path(server, direct, key_env, tmp_pa
 
 # ------------------------------------------------------------------------------------ plan mode
 def test_plan_prices_batch_models_at_the_batch_rate(compose_cfg, tmp_path, capsys):
-    from selfpref_sweep.plan import format_plan_line, plan_cell
-    from selfpref_sweep.spec import resolve_cell
+    from selfpref_sweep.cell.plan import format_plan_line, plan_cell
+    from selfpref_sweep.config.spec import resolve_cell
 
     common = ["evaluator=gpt4o_mini", "source=human", "dataset.n_articles=2"]
     direct_plan = plan_cell(resolve_cell(compose_cfg(common)), tmp_path / "direct")
@@ -242,7 +242,7 @@ def test_plan_prices_batch_models_at_the_batch_rate(compose_cfg, tmp_path, capsy
 
 def test_batch_settings_are_range_checked(compose_cfg):
     from selfpref_sweep.errors import ConfigError
-    from selfpref_sweep.validation import unchecked_numeric_fields, validate_config
+    from selfpref_sweep.config.validation import unchecked_numeric_fields, validate_config
 
     assert unchecked_numeric_fields() == []
     with pytest.raises(ConfigError, match="batch_max_requests=0 is out of range"):

@@ -25,12 +25,12 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.cell import run_cell
-from selfpref_sweep.competence import competence_enabled
+from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config import JudgeConfig
+from selfpref_sweep.config.spec import resolve_cell
+from selfpref_sweep.measurements.competence import competence_enabled
 from selfpref_sweep.models.base import Message, SequenceRequest
 from selfpref_sweep.models.openai_api import OpenAIModel, compile_chat_template, echoed_continuation, render_chat
-from selfpref_sweep.spec import resolve_cell
 
 from tests.conftest import REPO
 from tests.openai_server import smollm_gguf, start_or_skip
@@ -298,8 +298,8 @@ def test_a_model_that_refuses_logprobs_is_sampled_with_sample_fallback_k(key_env
 def test_server_presets_compose_validate_and_are_free(preset, model_env, url_env, port, compose_cfg, monkeypatch,
                                                       tmp_path):
     from selfpref_sweep.errors import ConfigError
-    from selfpref_sweep.plan import plan_cell
-    from selfpref_sweep.validation import validate_config
+    from selfpref_sweep.cell.plan import plan_cell
+    from selfpref_sweep.config.validation import validate_config
 
     for env in (model_env, url_env):
         monkeypatch.delenv(env, raising=False)

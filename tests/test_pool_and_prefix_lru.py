@@ -5,10 +5,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from selfpref_sweep.cell import run_cell
+from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.pool import GIB, ModelPool
 from selfpref_sweep.models.prefix import PrefixLRU
-from selfpref_sweep.spec import resolve_cell
 from tests import fakes
 from tests.conftest import FAKE_EVALUATOR
 

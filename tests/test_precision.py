@@ -3,9 +3,9 @@ before any identity or cache key is made."""
 
 import pytest
 
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models import model_identity, precision
 from selfpref_sweep.models.weights import local_hf_dir_path
-from selfpref_sweep.spec import resolve_cell
 
 ZEN3_CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD

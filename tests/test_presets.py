@@ -72,7 +72,7 @@ def test_individual_dose_preset_judges_one_summary_at_a_time_with_the_controls_o
 def test_dose_response_arms_share_their_evaluation_articles(preset: str):
     # Every arm, in-domain and cross-dataset, is judged on the same articles, all past the largest N's training
     # articles: the fine-tuned models can be compared with the base item by item, and none sees its training data.
-    from selfpref_sweep.spec import resolve_cell
+    from selfpref_sweep.config.spec import resolve_cell
 
     arms = _compose([f"experiment={preset}"]).hydra.sweeper.params["finetune_arm"].split(",")
     for dataset in ("paper_xsum", "paper_cnn"):

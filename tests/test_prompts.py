@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from selfpref_sweep.prompts import fill, pairwise_messages, standardize
+from selfpref_sweep.cell.prompts import fill, pairwise_messages, standardize
 from tests.conftest import CONF
 
 
@@ -74,7 +74,7 @@ NOT_ARTEFACTS = [
 
 @pytest.mark.parametrize("raw,clean,rules", CLAUDE_STYLE)
 def test_preambles_bullets_and_numbering_are_stripped(raw, clean, rules):
-    from selfpref_sweep.summaries import standardizer
+    from selfpref_sweep.cell.summaries import standardizer
 
     text, applied = standardizer(configured_rules()).clean(raw)
     assert text == clean and applied == rules
@@ -82,13 +82,13 @@ def test_preambles_bullets_and_numbering_are_stripped(raw, clean, rules):
 
 @pytest.mark.parametrize("text", NOT_ARTEFACTS)
 def test_summary_text_that_looks_like_an_artefact_stays(text):
-    from selfpref_sweep.summaries import standardizer
+    from selfpref_sweep.cell.summaries import standardizer
 
     assert standardizer(configured_rules()).clean(text) == (text, frozenset())
 
 
 def test_the_rules_can_be_switched_off_and_are_counted_per_rule():
-    from selfpref_sweep.summaries import clean
+    from selfpref_sweep.cell.summaries import clean
 
     texts = {f"a{i}": raw for i, (raw, _, _) in enumerate(CLAUDE_STYLE)}
     counted = clean("claude", texts, configured_rules())
@@ -107,7 +107,7 @@ def test_the_rules_can_be_switched_off_and_are_counted_per_rule():
 
 def test_a_bad_preamble_pattern_is_named(compose_cfg):
     from selfpref_sweep.errors import ConfigError
-    from selfpref_sweep.validation import validate_config
+    from selfpref_sweep.config.validation import validate_config
 
     with pytest.raises(ConfigError, match=r"summaries.preamble_patterns\[0\]='\(unclosed'"):
         validate_config(compose_cfg(["summaries.preamble_patterns=['(unclosed']"]))

@@ -1,4 +1,4 @@
-"""The record schema (record.py): every record type reads back what it wrote, the golden cells' files
+"""The record schema (records/schema.py): every record type reads back what it wrote, the golden cells' files
 included, and read_cell names what it could not read instead of raising."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.record import (ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_PLAN, SUMMARY_FILE, CellPlan,
-                                   CellSummary, Item, OrderReading, QuestionStats, Verdict, read_cell, verdict_of)
-from selfpref_sweep.scoring import pair_verdict, question_stats, score_order, summarize_question, unjudged
+from selfpref_sweep.cell.scoring import pair_verdict, question_stats, score_order, summarize_question, unjudged
 from selfpref_sweep.models.base import AnswerDistribution
+from selfpref_sweep.records.schema import (ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_PLAN, SUMMARY_FILE, CellPlan,
+                                           CellSummary, Item, OrderReading, QuestionStats, Verdict, read_cell, verdict_of)
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_CELLS = sorted(p for p in GOLDEN.iterdir() if (p / SUMMARY_FILE).is_file())

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
+from selfpref_sweep.cell.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, article_mean, score_order, score_pair,
+                                         summarize_question)
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, article_mean, score_order, score_pair,
-                                    summarize_question)
 
 
 def dist(p1, p2, missing=None):

@@ -131,7 +131,7 @@ def test_verdicts_against_the_target() -> None:
 
 
 def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() -> None:
-    """One home for the task groups (config.py): the simulator's controls are derived from them, in the design's
+    """One home for the task groups (config/__init__.py): the simulator's controls are derived from them, in the design's
     order (the control-question tasks, then the recognition-prompt controls)."""
     from selfpref_sweep.config import FinetuneTaskName
 
@@ -141,7 +141,7 @@ def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() 
 
 def _one_cell(setting: str = "pairwise", n: int = 10, seed: int = 5) -> tuple[pd.DataFrame, list]:
     """The drawn items of one simulated cell, and the same items as the cell writes them (record.Item)."""
-    from selfpref_sweep.record import CELL_KEYS, CellCoordinates
+    from selfpref_sweep.records.schema import CELL_KEYS, CellCoordinates
 
     items = sim.draw_items(sim.CoverageDesign().spec(setting, n), np.random.default_rng(seed))
     cell = items[items["cell_id"] == items["cell_id"].iloc[0]]
@@ -160,8 +160,8 @@ def _truth_row(cell: pd.DataFrame, **values: float) -> cov.Truth:
 def test_cell_rows_score_the_intervals_the_cell_prints() -> None:
     """A truth just inside the printed interval counts as covered, one just outside as missed: the rows score
     the cell's own CI (scoring.question_stats) and the classifier's own Wilson interval (pairwise_metrics)."""
-    from selfpref_sweep.recognition_classifier import pairwise_metrics
-    from selfpref_sweep.scoring import question_stats
+    from selfpref_sweep.measurements.recognition_classifier import pairwise_metrics
+    from selfpref_sweep.cell.scoring import question_stats
 
     cell, items = _one_cell()
     printed_mean = question_stats(items, "recognition", 0.95).logodds

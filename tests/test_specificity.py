@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.analysis import paired
-from selfpref_sweep.analysis.cli import _sweep_margins
+from selfpref_sweep.analysis.command import _sweep_margins
 from selfpref_sweep.analysis.fit import (
     LEVEL_SOURCE,
     SPECIFICITY_MARGIN,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from selfpref_sweep.record import ERROR_FILE
+from selfpref_sweep.records.schema import ERROR_FILE
 from selfpref_sweep.sweep_outcome import sweep_outcome
 from selfpref_sweep.tracking import track_failed_cell
 

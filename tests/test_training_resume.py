@@ -12,11 +12,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from selfpref_sweep.cell.prompts import Message  # noqa: E402
 from selfpref_sweep.finetune.adapters import CacheEntry  # noqa: E402
 from selfpref_sweep.finetune.examples import ExampleSet, TrainingExample  # noqa: E402
 from selfpref_sweep.finetune.local_trainer import Checkpoints, run_steps  # noqa: E402
 from selfpref_sweep.finetune.trainer import Trainer  # noqa: E402
-from selfpref_sweep.prompts import Message  # noqa: E402
 
 VOCAB = 16
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
+from selfpref_sweep.cell.judging import ItemRequests, pairwise_requests
+from selfpref_sweep.cell.pairs import Pair
+from selfpref_sweep.cell.scoring import score_items, summarize_question
 from selfpref_sweep.config import SettingName
-from selfpref_sweep.judging import ItemRequests, pairwise_requests
 from selfpref_sweep.measurements import CI_FIELDS, Measurement, Stage, numbers, settings
-from selfpref_sweep.pairs import Pair
-from selfpref_sweep.scoring import score_items, summarize_question
 
 QUESTION = "length"  # the paper's length prompt (prompts.pairwise.length)
 

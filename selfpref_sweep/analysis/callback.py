@@ -30,9 +30,9 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .cli import specificity_margin_of
-from ..record import ANALYSIS_ERROR_FILE
-from ..sweep_files import find_cell_dirs
+from ..records.schema import ANALYSIS_ERROR_FILE
+from ..records.sweep_dirs import find_cell_dirs
+from .command import specificity_margin_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def _wandb_cfg(config: DictConfig) -> dict[str, Any]:
             log.warning("analysis: could not resolve the wandb config (%s); using defaults", exc)
     cfg = dict(data) if isinstance(data, dict) else {}
     if not cfg.get("group"):
-        from ..record import wandb_group_name
+        from ..records.schema import wandb_group_name
 
         cfg["group"] = wandb_group_name(str(config.hydra.sweep.dir))
     return cfg

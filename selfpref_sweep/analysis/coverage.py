@@ -18,14 +18,14 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
+from ..cell.scoring import article_mean
+from ..records.schema import QUESTION_PREFIX
+from ..stats.classifier_metrics import hit, proportion
 from .estimates import Estimates, estimate
 from .fit import (
     GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, FitResult,
     condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_specificities,
 )
-from ..classifier_metrics import hit, proportion
-from ..record import QUESTION_PREFIX
-from ..scoring import article_mean
 from .paired import holm
 from .resample import METHODS, RESAMPLE_CORRECTED, true_resampled
 from .sources import article_test

@@ -7,7 +7,7 @@
   mixed model with a random intercept per evaluator variant (statsmodels MixedLM; descriptive only below
   MIXED_MIN_GROUPS variants); the item level: OLS with evaluator-variant fixed effects and CIs clustered by
   article (dataset, article_id). Base and fine-tuned evaluators meet only through the evaluator-variant factor.
-  Every clustered CI and p-value is CR2 with Bell–McCaffrey degrees of freedom (clustered.py), which holds
+  Every clustered CI and p-value is CR2 with Bell–McCaffrey degrees of freedom (stats/clustered.py), which holds
   its size with few clusters; where even that cannot, the fit gives its estimate and no CI or p-value.
 - Specificity, the causal question: preference ~ recognition + recognition_finetune over fine-tuned points
   (one common slope), at the paper unit (OLS) and at the source level (clustered by evaluator variant). The
@@ -40,8 +40,8 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.regression.mixed_linear_model import MixedLM
 from scipy import stats
 
-from ..clustered import ClusteredOLS, Estimate, too_few_clusters
 from ..config import SELF_RECOGNITION_TASKS
+from ..stats.clustered import ClusteredOLS, Estimate, too_few_clusters
 from .units import SCALES, key_frame
 
 ALPHA = 0.05  # 95% intervals everywhere
@@ -231,7 +231,7 @@ def fit_formula(
 ) -> FitResult:
     """OLS of ``preference ~ recognition`` on a frame with those columns (rows with a NaN are dropped).
 
-    ``cluster_col`` gives clustered CIs (CR2 with Bell–McCaffrey degrees of freedom, see clustered.py);
+    ``cluster_col`` gives clustered CIs (CR2 with Bell–McCaffrey degrees of freedom, see stats/clustered.py);
     ``variant_effects`` adds ``C(evaluator_variant)`` when more than one variant is present, so the slope is
     within variants.
     """

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ..measurements import registered
-from ..record import CellRecord, Item, Verdict, read_cell
-from ..sweep_files import find_cell_dirs
+from ..records.schema import CellRecord, Item, Verdict, read_cell
+from ..records.sweep_dirs import find_cell_dirs
 
 ITEMS_HTML = "items.html"
 

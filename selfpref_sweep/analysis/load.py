@@ -17,12 +17,12 @@ from typing import Any, Iterable, Optional, Sequence
 import pandas as pd
 import yaml
 
-from ..sweep_files import find_cell_dirs
+from ..records.sweep_dirs import find_cell_dirs
 
 from ..measurements import CI_FIELDS as _CI_FIELDS, block as _block, number, numbers, registered
-from ..record import CELL_DEFAULTS as _CELL_DEFAULTS
-from ..record import (CELL_KEYS, ERROR_FILE, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE,
-                      CellRecord, CellSummary, Item, QuestionStats, Verdict, read_cell, transfer_of)
+from ..records.schema import CELL_DEFAULTS as _CELL_DEFAULTS
+from ..records.schema import (CELL_KEYS, ERROR_FILE, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE,
+                              CellRecord, CellSummary, Item, QuestionStats, Verdict, read_cell, transfer_of)
 
 STATUS_FAILED = "failed"
 STATUS_INCOMPLETE = "incomplete"

@@ -13,10 +13,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
-from . import familiarity as F
+from ..records.schema import ANALYSIS_ERROR_FILE
+from . import familiarity_report as F
 from . import report_items as R
 from . import sources as S
 from . import tables as T
+from .calibration import calibration_label, pooled_over_datasets
+from .estimates import Estimates, estimate
 from .fit import (
     GROUPINGS,
     LEVEL_ITEM,
@@ -28,19 +31,16 @@ from .fit import (
     InteractionResult,
     SpecificityResult,
 )
-from .estimates import Estimates, estimate
+from .items_view import ITEMS_HTML, write_items_html
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
-from .calibration import calibration_label, pooled_over_datasets
 from .paired import LABEL_COLUMNS, TrendResult, label_vs_reference
 from .plots import PlotFile, make_plots
 from .report import write_report
-from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
 from .report_items import Design, incomplete_text as _incomplete_text, judge_text as _judge_text
 from .report_items import problem_counts as _problem_counts
-from .items_view import ITEMS_HTML, write_items_html
+from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
 from .wandb_log import log_to_wandb, resolve_wandb_cfg
 from .wandb_panels import SPEC_FILE, spec_for_sweep, write_spec
-from ..record import ANALYSIS_ERROR_FILE
 
 log = logging.getLogger(__name__)
 

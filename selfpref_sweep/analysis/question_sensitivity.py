@@ -1,13 +1,13 @@
 """Question sensitivity: does the judge read the question?
 
-Cells that asked the placebo question (selfpref_sweep/placebo.py: a third pairwise question on the cell's own
+Cells that asked the placebo question (selfpref_sweep/measurements/placebo.py: a third pairwise question on the cell's own
 pairs whose right answer is in the text and not about authorship, e.g. which summary has more words) record
 per item its log-odds of picking the own summary, in the same orientation as recognition and preference. Two
 comparisons are read from them, per cell and pooled per evaluator variant × setting × label (never across
 settings or label conditions):
 
 - the item-level slope of preference log-odds on recognition log-odds next to the slope of placebo log-odds
-  on recognition log-odds (OLS, CIs clustered by article: CR2 with Bell–McCaffrey df, clustered.py; pooled
+  on recognition log-odds (OLS, CIs clustered by article: CR2 with Bell–McCaffrey df, stats/clustered.py; pooled
   rows have cell fixed effects, so the slope is within cells);
 - how often the placebo's choice (the sign of its log-odds) agrees with the recognition choice, next to how
   often the preference choice does, on the same items, with Wilson intervals.
@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ..clustered import too_few_clusters
+from ..stats.clustered import too_few_clusters
 from .fit import ALPHA, MIN_POINTS, clustered_ols
 from .tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
 from .units import key_frame

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import pandas as pd
 
 from . import classifier as C
-from . import familiarity as F
+from . import familiarity_report as F
 from . import judge_controls as J
 from . import question_sensitivity as Q
 from . import sources as S

@@ -38,12 +38,12 @@ import pandas as pd
 from scipy import stats
 from scipy.special import expit
 
+from ..cell.results import summary_record
+from ..cell.scoring import LOW_ANSWER_MASS, competence_block, pair_verdict, question_stats, score_order
 from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS
 from ..models.base import AnswerDistribution
-from ..record import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
-                      Verdict, transfer_of)
-from ..results import summary_record
-from ..scoring import LOW_ANSWER_MASS, competence_block, pair_verdict, question_stats, score_order
+from ..records.schema import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
+                              Verdict, transfer_of)
 from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, true_fits
 from .fit import GROUPINGS, fit_formula
 from .load import evaluator_variant

@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..classifier_metrics import wilson
+from ..stats.classifier_metrics import wilson
+from .calibration import calibration_label, pooled_over_datasets
 from .fit import (
     ALPHA, BY_CONDITION, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
     InteractionResult, SpecificityResult, condition_groups,
 )
-from .calibration import calibration_label, pooled_over_datasets
 from .paired import TrendResult
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS, ResampledFit, reported
 from .units import VARIANT_KEYS

@@ -7,7 +7,7 @@
 
 Both means of a point come from the same items: an item excluded in either question is left out of both,
 and counted. The paper unit's CIs are t intervals with articles as the clusters (unit_t: the CR2 sandwich and
-Bell–McCaffrey df of clustered.py, so the items one article contributes across sources stay together; on the
+Bell–McCaffrey df of stats/clustered.py, so the items one article contributes across sources stay together; on the
 paper's scale taken on the logit of the mean). A coverage study found the article-clustered percentile bootstrap used
 before covering about 89% at 10 articles: it is about ±1.86 SE where t(9) gives ±2.26.
 bench/coverage_means.py compared it with BCa (as short), bootstrap-t (holds, but 1.1-1.5× wider, random, and
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..clustered import cell_means_t, logit_interval
+from ..stats.clustered import cell_means_t, logit_interval
 
 # The unit's coordinates; setting and label come first because nothing is ever pooled across them.
 UNIT_KEYS: tuple[str, ...] = ("setting", "label", "dataset", "evaluator_variant")

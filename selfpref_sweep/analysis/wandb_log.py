@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import yaml
 
-from ..record import wandb_group_name
-from ..sweep_files import find_cell_dirs
+from ..records.schema import wandb_group_name
+from ..records.sweep_dirs import find_cell_dirs
 
 if TYPE_CHECKING:  # pragma: no cover - kept light
     import pandas as pd

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..record import read_cell
+from ..records.schema import read_cell
 
 SPEC_FILE = "wandb_panels.json"
 SPEC_FORMAT = "selfpref_sweep.wandb_panels/1"

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
 
 from filelock import FileLock
 
-from ..articles import article_budget
+from ..cell.articles import article_budget
+from ..config.spec import dataset_identity
 from ..models.base import ModelIdentity
-from ..spec import dataset_identity
 
 if TYPE_CHECKING:
-    from ..spec import CellSpec
+    from ..config.spec import CellSpec
 
 FORMAT_VERSION = 1
 RECORD = "finetune.json"

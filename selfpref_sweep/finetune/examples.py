@@ -21,16 +21,16 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..articles import select_articles
+from ..cell.articles import select_articles
+from ..cell.dataset_loaders import PAPER_KEY_BY_MODEL_NAME, Dataset, load_dataset
+from ..cell.judging import order_messages
+from ..cell.pairs import Pair, make_pairs
+from ..cell.summaries import HUMAN, dataset_summaries, generate_summaries
 from ..config import FinetuneTaskName
-from ..data import PAPER_KEY_BY_MODEL_NAME, Dataset, load_dataset
+from ..config.spec import CellSpec
 from ..errors import ConfigError, DataError
-from ..judging import order_messages
 from ..models.base import Message
 from ..models.cached import CachedModel
-from ..pairs import Pair, make_pairs
-from ..spec import CellSpec
-from ..summaries import HUMAN, dataset_summaries, generate_summaries
 from . import labels as L
 
 OTHERS_ORDER = [HUMAN, "gpt4", "gpt35", "claude", "llama"]

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence
 
+from ..cell.dataset_loaders import Article, Dataset
+from ..cell.judging import answer_distributions, judge_requests
+from ..cell.pairs import make_pairs
+from ..cell.scoring import score_items, summarize_question
+from ..cell.summaries import generate_summaries
 from ..config import ModelConfig, SettingName
-from ..data import Article, Dataset
-from ..judging import answer_distributions, judge_requests
+from ..config.spec import CellSpec
 from ..models.cached import CachedModel
-from ..pairs import make_pairs
-from ..record import QUESTIONS
-from ..scoring import score_items, summarize_question
-from ..spec import CellSpec
-from ..summaries import generate_summaries
+from ..records.schema import QUESTIONS
 
 
 

@@ -14,7 +14,7 @@ from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS as _RECOGN
 
 VOWELS = frozenset("aeiouAEIOU")
 
-# The task names as strings (their one definition is config.py's): tasks that ask the recognition question,
+# The task names as strings (their one definition is config/__init__.py's): tasks that ask the recognition question,
 # and those that ask their own control question.
 RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
 CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, TypeVar
 
 from ..config import AdapterConfig, ModelConfig
+from ..config.spec import FinetuneSpec
 from ..errors import ConfigError, ModelUnavailableError, SelfprefError
-from ..spec import FinetuneSpec
-from ..files import atomic_write_json, atomic_write_text
+from ..records.atomic import atomic_write_json, atomic_write_text
 from .examples import ExampleSet
 from .trainer import Trainer
 

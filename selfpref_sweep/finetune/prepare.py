@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..cell.dataset_loaders import PAPER_SOURCES
 from ..config import DatasetKind, ModelConfig
-from ..data import PAPER_SOURCES
+from ..config.spec import CellSpec
 from ..errors import ConfigError
 from ..models import model_identity
 from ..models.cached import CachedModel
-from ..spec import CellSpec
 from . import labels as L
 from .adapters import cache_entry
 from .examples import available_others, build_examples

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from ..config import ModelConfig
+from ..config.spec import FinetuneSpec
 from ..errors import ConfigError
+from ..records.atomic import atomic_write_json, atomic_write_text
 from ..registry import resolve
-from ..spec import FinetuneSpec
-from ..files import atomic_write_json, atomic_write_text
 from .adapters import EXAMPLES, RECORD, SPEC, CacheEntry
 from .examples import ExampleSet
 

@@ -11,11 +11,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from ..config.spec import CellSpec
+from ..errors import DataError
 from .articles import ArticleSelection, select_articles
-from .data import Article, Dataset, load_dataset, selection_warnings
-from .errors import DataError
+from .dataset_loaders import Article, Dataset, load_dataset, selection_warnings
 from .pairs import PairSet, assign_labels, make_pairs
-from .spec import CellSpec
 from .summaries import SummarySet, own_summaries, own_summaries_warnings, source_summaries
 
 log = logging.getLogger(__name__)

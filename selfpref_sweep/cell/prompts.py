@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import FrozenSet, List, Mapping, Set, Tuple
 
-from .errors import ConfigError
-from .models.base import Message
+from ..errors import ConfigError
+from ..models.base import Message
 
 _SLOT = re.compile(r"\{(\w+)\}")
 _FINAL_PUNCTUATION = ".!?\"'\u201d\u2019"

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .config import SettingName
-from .errors import ConfigError
-from .models.base import AnswerDistribution, AnswerRequest
+from ..config import SettingName
+from ..errors import ConfigError
+from ..models.base import AnswerDistribution, AnswerRequest
 from .pairs import Pair
 from .prompts import chat, pairwise_messages
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set
 
-from .config import ArticlesConfig, ModelConfig, TooLong
-from .data import Article
+from ..config import ArticlesConfig, ModelConfig, TooLong
+from .dataset_loaders import Article
 
 EMPTY_ARTICLE = "empty_article"
 ARTICLE_TOO_LONG = "article_too_long"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
-from .config import ModelConfig
+from ..config import ModelConfig
 
 OPENAI_MIN_TRAINING_EXAMPLES = 10  # the fine-tuning API rejects a training file with fewer
 ASSUMED_OPENAI_EPOCHS = 3  # the API chooses ("auto") when n_epochs is unset; an estimate needs a number
@@ -35,7 +35,7 @@ class PreflightWarning:
 def model_warnings(model: ModelConfig, model_cache: str) -> List[PreflightWarning]:
     """What the model's backend says would make its calls fail (its contract's preflight_problems: an unset
     API key for a server that needs one, weights not on this machine, ...)."""
-    from .models import backend_class
+    from ..models import backend_class
 
     return [PreflightWarning(kind, model.name, message)
             for kind, message in backend_class(model.backend).preflight_problems(model, model_cache)]

@@ -22,14 +22,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
-from .data import Article, Dataset
-from .judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
-from .measurements import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
-from .models.base import AnswerRequest
-from .pairs import Pair
-from .scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
-from .summaries import HUMAN, SummarySet, dataset_summaries
+from ..cell.dataset_loaders import Article, Dataset
+from ..cell.judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
+from ..cell.pairs import Pair
+from ..cell.scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
+from ..cell.summaries import HUMAN, SummarySet, dataset_summaries
+from ..config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
+from ..models.base import AnswerRequest
+from . import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
 
 QUESTION = "competence"  # prompts.pairwise.competence / prompts.individual.competence, and the verdict's key
 NO_DISTRACTOR = "no_distractor"  # fewer than two articles with a summary: no other article to pair with
@@ -61,7 +61,7 @@ def competence_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, 
     """(on?, why): judge.competence, with auto on where the judge's calls cost nothing (the backend contract's
     costs_money for the judge's model config: a local judge, or a server its config marks `free: true`) and off
     where they may cost."""
-    from .models import backend_class
+    from ..models import backend_class
 
     mode = CompetenceMode(cfg.competence)
     if mode != CompetenceMode.auto:

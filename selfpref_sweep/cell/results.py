@@ -1,15 +1,15 @@
 """Stage 7, the cell record: one results.jsonl line per article and summary.json's statistics.
 
-Field names are the record schema's (record.py), which the analysis reads back.
+Field names are the record schema's (records/schema.py), which the analysis reads back.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .cell_inputs import CellInputs
-from .measurements import Measurement, Stage, registered
-from .record import LOGODDS, QUESTIONS, STATUS_COMPLETE, CellSummary, Item, QuestionStats, Verdict
+from ..measurements import Measurement, Stage, registered
+from ..records.schema import LOGODDS, QUESTIONS, STATUS_COMPLETE, CellSummary, Item, QuestionStats, Verdict
+from .inputs import CellInputs
 from .scoring import question_stats, unjudged_verdict
 from .summaries import own_origin
 

@@ -17,14 +17,14 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
-                     FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
-                     RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
-from .data import paper_key_of
-from .errors import ConfigError
-from .models.precision import AUTO, resolve_dtype
-from .record import CellCoordinates, Transfer, transfer_of
-from .summaries import OWN_DATASET, OWN_GENERATED, own_origin
+from ..cell.dataset_loaders import paper_key_of
+from ..cell.summaries import OWN_DATASET, OWN_GENERATED, own_origin
+from ..errors import ConfigError
+from ..models.precision import AUTO, resolve_dtype
+from ..records.schema import CellCoordinates, Transfer, transfer_of
+from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
+               FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
+               RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
 
 
 @dataclass(frozen=True)

@@ -15,19 +15,19 @@ from typing import Any, Dict, List, Optional
 
 from hydra.experimental.callback import Callback
 
-from .cell import judge_cell
-from .cell_inputs import load_articles, prepare_inputs
-from .config import ModelConfig
-from .files import atomic_write_json
-from .finetune import finetune_plan, format_plan, planned_judge, planned_training_articles
+from ..config import ModelConfig
+from ..config.spec import CellSpec
+from ..finetune import finetune_plan, format_plan, planned_judge, planned_training_articles
+from ..models import backend_class
+from ..models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
+from ..models.cached import CachedModel, stored_result
+from ..records.atomic import atomic_write_json
+from ..records.schema import PLAN_FILE, CellPlan
+from ..store import Store
+from .inputs import load_articles, prepare_inputs
 from .judging import flatten
-from .models import backend_class
-from .models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
-from .models.cached import CachedModel, stored_result
 from .preflight import cell_preflight, finetune_cost, grid_preflight
-from .record import PLAN_FILE, CellPlan
-from .spec import CellSpec
-from .store import Store
+from .runner import judge_cell
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget
 SUMMARY_TOKENS_GUESS = 45  # a one-sentence or highlights summary, when not generated yet

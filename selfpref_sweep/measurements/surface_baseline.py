@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .classifier_metrics import auroc, hit, proportion
-from .config import Switch
-from .measurements import Measurement, Stage, block, number, settings
-from .pairs import Pair
+from ..cell.pairs import Pair
+from ..config import Switch
+from ..stats.classifier_metrics import auroc, hit, proportion
+from . import Measurement, Stage, block, number, settings
 
 NAME = "surface_baseline"
 TOO_FEW = "too few articles for k-fold"
@@ -45,7 +45,7 @@ _SENTENCE_END = re.compile(r"[.!?]+[\"'’”)\]]*(?=\s|$)")
 def surface_features(text: str) -> List[float]:
     """The summary's features, in the order of FEATURES."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-    from .finetune.labels import reading_ease  # textstat with its dictionary offline (one home for it)
+    from ..finetune.labels import reading_ease  # textstat with its dictionary offline (one home for it)
 
     words = [w.lower() for w in _WORD.findall(text)]
     n_chars, n_words = len(text), max(1, len(words))

@@ -21,19 +21,19 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .registry import resolve
+from ..registry import resolve
 
 if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run time
-    from .cell_inputs import CellInputs
-    from .judging import ItemRequests
+    from ..cell.inputs import CellInputs
+    from ..cell.judging import ItemRequests
 
 # name -> "module:Class"; order is the order of the printed result and of the analysis columns.
 MEASUREMENTS: Dict[str, str] = {
-    "competence": "selfpref_sweep.competence:CompetenceMeasurement",
-    "familiarity": "selfpref_sweep.familiarity:FamiliarityMeasurement",
-    "placebo": "selfpref_sweep.placebo:PlaceboMeasurement",
-    "recognition_classifier": "selfpref_sweep.recognition_classifier:RecognitionClassifierMeasurement",
-    "surface_baseline": "selfpref_sweep.surface_baseline:SurfaceBaselineMeasurement",
+    "competence": "selfpref_sweep.measurements.competence:CompetenceMeasurement",
+    "familiarity": "selfpref_sweep.measurements.familiarity:FamiliarityMeasurement",
+    "placebo": "selfpref_sweep.measurements.placebo:PlaceboMeasurement",
+    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier:RecognitionClassifierMeasurement",
+    "surface_baseline": "selfpref_sweep.measurements.surface_baseline:SurfaceBaselineMeasurement",
 }
 ENV_VAR = "SELFPREF_MEASUREMENTS"
 

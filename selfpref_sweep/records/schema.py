@@ -96,7 +96,7 @@ def wandb_group_name(sweep_dir: str | Path) -> str:
 # What a cell writes, as types: the reading of one order (or one summary, individual setting), a question's
 # verdict, an item (one results.jsonl line), a question's statistics and the cell summary (summary.json).
 # Each has to_json (the file's form) and from_json (tolerant of older records: a missing field reads as
-# None or empty). Measurements (measurements.py) keep their own item records and summary blocks; the schema
+# None or empty). Measurements (measurements/) keep their own item records and summary blocks; the schema
 # carries them through untouched, by key.
 
 

@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..clustered import ClusteredOLS, too_few_clusters
+from ..stats.clustered import ClusteredOLS, too_few_clusters
 from .fit import ALPHA, clustered_ols, condition_groups
 from .tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from .units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .classifier_metrics import auroc, hit, proportion, reliability
-from .config import SettingName, Switch
-from .measurements import Measurement, Stage, block, number, settings
-from .record import OrderReading, Verdict, verdict_of
+from ..config import SettingName, Switch
+from ..records.schema import OrderReading, Verdict, verdict_of
+from ..stats.classifier_metrics import auroc, hit, proportion, reliability
+from . import Measurement, Stage, block, number, settings
 
 QUESTION = "recognition"
 NAME = "recognition_classifier"

@@ -16,8 +16,8 @@ from typing import Dict, List, Optional
 
 from omegaconf import DictConfig
 
-from .config import enum_value
-from .errors import DataError
+from ..config import enum_value
+from ..errors import DataError
 
 # The paper's sources, by the keys of its file names.
 PAPER_SOURCES = ("human", "gpt4", "gpt35", "claude", "llama")

@@ -1,6 +1,6 @@
 """One validation layer at the entry (run.py), before a cell plans or runs anything.
 
-Hydra and the typed schema (config.py) already reject a wrong type (`dataset.n_articles=abc`), an
+Hydra and the typed schema (config/__init__.py) already reject a wrong type (`dataset.n_articles=abc`), an
 unknown choice (`evaluator=gtp4`) and a misspelt key without `+`. Two things get through them:
 
 * values of the right type but out of range (`judge.min_answer_mass=7`, `dataset.n_articles=-2`);
@@ -26,10 +26,10 @@ from typing import Any, Dict, List, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from .config import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, FinetuneTaskConfig, JudgeConfig,
-                     LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SpecificityMargin,
-                     SummariesConfig, WandbConfig, WeightsConfig, enum_value)
-from .errors import ConfigError
+from ..errors import ConfigError
+from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, FinetuneTaskConfig, JudgeConfig,
+               LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SpecificityMargin,
+               SummariesConfig, WandbConfig, WeightsConfig, enum_value)
 
 MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit
 

@@ -1,9 +1,9 @@
 """One cell of the experiment matrix: a short composition of the stages, plus its files and W&B run.
 
     articles -> summaries (own, other) -> pairs -> judge requests -> answer distributions -> scores -> record
-                                                -> measurements (measurements.py: competence, familiarity, ...)
+                                                -> measurements (measurements/: competence, familiarity, ...)
 
-Each stage lives in the module named after it (cell_inputs for stages 1-3, judging, scoring, results); plan
+Each stage lives in the module named after it (inputs for stages 1-3, judging, scoring, results); plan
 mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
 """
 
@@ -16,24 +16,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .cell_inputs import CellInputs, load_articles, prepare_inputs
-from .config import ModelConfig
-from .data import Dataset
-from .errors import ConfigError
-from .files import atomic_write_json, atomic_write_jsonl
-from .finetune import prepare_finetuned_evaluator
+from ..config import ModelConfig
+from ..config.spec import CellSpec
+from ..errors import ConfigError
+from ..finetune import prepare_finetuned_evaluator
+from ..measurements import Measurement, Stage, registered
+from ..models import POOL, load_model
+from ..models.cached import CachedModel
+from ..records.atomic import atomic_write_json, atomic_write_jsonl
+from ..records.schema import (INVERSE_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary,
+                              Verdict, read_cell)
+from ..store import Store
+from ..store.claims import CellClaims, Holder, cell_claims
+from ..tracking import CellTracker, log_finetune
+from .dataset_loaders import Dataset
+from .inputs import CellInputs, load_articles, prepare_inputs
 from .judging import ItemRequests, answer_distributions, judge_requests
-from .measurements import Measurement, Stage, registered
-from .models import POOL, load_model
-from .models.cached import CachedModel
-from .record import (INVERSE_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary,
-                     Verdict, read_cell)
 from .results import cell_summary, format_result, item_records, table_row
 from .scoring import item_verdicts
-from .spec import CellSpec
-from .store import Store
-from .store.claims import CellClaims, Holder, cell_claims
-from .tracking import CellTracker, log_finetune
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class CellModels:
 
 def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,
                    articles, run_dir: Path) -> Dict[str, Any]:
-    from .finetune.inverse import inverse_check
+    from ..finetune.inverse import inverse_check
 
     inverse = inverse_check(spec, base, tuned, tuned_cfg, dataset, articles)
     atomic_write_jsonl(run_dir / INVERSE_FILE, inverse.pop("items"))

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from .config import ModelConfig, SourceConfig, SourceKind, SummariesConfig
-from .data import Article, Dataset, paper_key_of, read_summaries_file
-from .errors import ConfigError
-from .models.base import GenerateRequest, GenerationDecoding
-from .models.cached import CachedModel
+from ..config import ModelConfig, SourceConfig, SourceKind, SummariesConfig
+from ..errors import ConfigError
+from ..models.base import GenerateRequest, GenerationDecoding
+from ..models.cached import CachedModel
+from .dataset_loaders import Article, Dataset, paper_key_of, read_summaries_file
 from .prompts import STRIP_RULES, Standardizer, fill, summarize_messages
 
 MISSING_SUMMARY = "missing_summary"

@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .config import LabelName
-from .data import Article
+from ..config import LabelName
+from .dataset_loaders import Article
 from .summaries import SummarySet
 
 

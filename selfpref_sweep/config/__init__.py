@@ -377,7 +377,7 @@ class JudgeConfig:
     # cross-validated with articles as groups. auto: on where the cell has enough articles for its folds.
     surface_baseline: Switch = Switch.auto
     surface_folds: int = 5
-    # Settings of measurement plug-ins outside this schema (measurements.py): judge.measurements.<name>.*
+    # Settings of measurement plug-ins outside this schema (measurements/): judge.measurements.<name>.*
     measurements: Dict[str, Any] = field(default_factory=dict)
 
 

@@ -24,11 +24,11 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 from scipy import stats as scipy_stats
 
-from .clustered import article_mean_ci
-from .config import SettingName
+from ..config import SettingName
+from ..models.base import AnswerDistribution, AnswerRequest
+from ..records.schema import OrderReading, QuestionStats, SummaryReading, Verdict, article_of, verdict_of
+from ..stats.clustered import article_mean_ci
 from .judging import BACKWARD, FORWARD, OTHER, OWN, ItemRequests
-from .models.base import AnswerDistribution, AnswerRequest
-from .record import OrderReading, QuestionStats, SummaryReading, Verdict, article_of, verdict_of
 
 # Why an item has no score; every reason is counted in summary.json.
 NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable
 
-from .errors import StorageError
+from ..errors import StorageError
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .record import SUMMARY_FILE
+from .schema import SUMMARY_FILE
 
 # Directories under a sweep that are never cells (our own output, W&B's offline runs).
 _SKIP_DIRS = frozenset({"analysis", "wandb"})
