@@ -39,6 +39,7 @@ from .report import write_report
 from .report_items import Design, incomplete_text as _incomplete_text, judge_text as _judge_text
 from .report_items import problem_counts as _problem_counts
 from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
+from .summary_box import summary_box
 from .wandb_log import log_to_wandb, resolve_wandb_cfg
 from .wandb_panels import SPEC_FILE, spec_for_sweep, write_spec
 
@@ -362,7 +363,7 @@ def _write_report(result: AnalysisResult, dirs: Sequence[Path],
         meta.append(f"W&B comparison panels (publish with `publish-wandb`): {SPEC_FILE}")
     except Exception as exc:  # noqa: BLE001 - a bad W&B setting must not lose the report; logged below too
         log.error("W&B panel specification not written: %s", exc)
-    write_report(result.out_dir, TITLE, meta, R.sections(result))
+    write_report(result.out_dir, TITLE, meta, R.sections(result), summary=summary_box(result))
     result.files += [result.report_md, result.report_html, items_html] + [p.path for p in result.plots]
     return panels_spec
 

@@ -1,7 +1,8 @@
 """Write report.md (links the PNGs) and a self-contained report.html (PNGs inlined as base64).
 
-The report is a list of sections, each with optional text, table and plots; both files are built
-from the same sections, so they always agree.
+The report opens with its summary box (summary_box.py), then a list of sections, each with optional text, table
+and plots; in report.html each top-level section folds open on a click. Both files are built from the same
+summary and sections, so they always agree.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -49,8 +50,14 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.strip().split("\n\n") if p.strip()]
 
 
-def render_markdown(title: str, meta: Sequence[str], sections: Sequence[Section], out_dir: Path) -> str:
+Summary = Sequence[Tuple[str, str]]  # (heading, text) pairs: the report's first screen
+
+
+def render_markdown(title: str, meta: Sequence[str], sections: Sequence[Section], out_dir: Path,
+                    summary: Summary = ()) -> str:
     lines = [f"# {title}", ""]
+    if summary:
+        lines += ["## Summary", ""] + [f"- **{head}.** {text}" for head, text in summary] + [""]
     lines += [f"- {_link_md(m)}" for m in meta] + [""]
     for s in sections:
         lines += [f"{'#' * s.level} {s.title}", ""]
@@ -73,6 +80,12 @@ th { background: #f2f2f2; }
 tr:nth-child(even) td { background: #fafafa; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5em 0 1.5em; }
 .meta li { margin: 0.1em 0; }
+.summary { border: 2px solid #4a6fa5; border-radius: 6px; background: #f5f8fc; padding: 0.3em 1.2em 0.8em;
+           margin: 1em 0 1.5em; max-width: 1000px; }
+.summary dt { font-weight: bold; margin-top: 0.6em; }
+.summary dd { margin: 0.1em 0 0 0; }
+details > summary { cursor: pointer; }
+details > summary > h2 { display: inline; }
 .scroll { overflow-x: auto; }
 """
 
@@ -84,17 +97,29 @@ def _img_tag(plot: PlotFile) -> str:
     return f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
 
 
-def render_html(title: str, meta: Sequence[str], sections: Sequence[Section]) -> str:
+def _summary_html(summary: Summary) -> str:
+    rows = "".join(f"<dt>{html.escape(head)}</dt><dd>{html.escape(text)}</dd>" for head, text in summary)
+    return f'<div class="summary"><h2>Summary</h2><dl>{rows}</dl></div>'
+
+
+def render_html(title: str, meta: Sequence[str], sections: Sequence[Section], summary: Summary = ()) -> str:
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        '<ul class="meta">' + "".join(f"<li>{_link_html(html.escape(m))}</li>" for m in meta) + "</ul>",
+        *([_summary_html(summary)] if summary else []),
+        '<details><summary>Sweep, cells and files</summary><ul class="meta">'
+        + "".join(f"<li>{_link_html(html.escape(m))}</li>" for m in meta) + "</ul></details>",
     ]
+    folded = False
     for s in sections:
         h = min(max(s.level, 2), 6)
-        parts.append(f"<h{h}>{html.escape(s.title)}</h{h}>")
+        if h == 2:  # a top-level section folds with its subsections
+            parts.append(("</details>" if folded else "") + f"<details><summary><h2>{html.escape(s.title)}</h2></summary>")
+            folded = True
+        else:
+            parts.append(f"<h{h}>{html.escape(s.title)}</h{h}>")
         parts += [f"<p>{html.escape(p)}</p>" for p in _paragraphs(s.text)]
         if s.table is not None:
             if s.table.empty:
@@ -104,14 +129,15 @@ def render_html(title: str, meta: Sequence[str], sections: Sequence[Section]) ->
                     '<div class="scroll">' + s.table.to_html(index=False, escape=True, border=0, na_rep=DASH) + "</div>"
                 )
         parts += [_img_tag(p) for p in s.plots]
-    parts.append("</body></html>")
+    parts.append(("</details>" if folded else "") + "</body></html>")
     return "\n".join(parts)
 
 
-def write_report(out_dir: Path, title: str, meta: Sequence[str], sections: Sequence[Section]) -> tuple[Path, Path]:
+def write_report(out_dir: Path, title: str, meta: Sequence[str], sections: Sequence[Section],
+                 summary: Summary = ()) -> tuple[Path, Path]:
     """Write both files into ``out_dir``; returns (report.md, report.html)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     md_path, html_path = out_dir / REPORT_MD, out_dir / REPORT_HTML
-    md_path.write_text(render_markdown(title, meta, sections, out_dir), encoding="utf-8")
-    html_path.write_text(render_html(title, meta, sections), encoding="utf-8")
+    md_path.write_text(render_markdown(title, meta, sections, out_dir, summary), encoding="utf-8")
+    html_path.write_text(render_html(title, meta, sections, summary), encoding="utf-8")
     return md_path, html_path

@@ -1,0 +1,133 @@
+"""The report's first screen: what was run, the headline numbers with their intervals, which judge controls
+passed, and in plain words what the sweep can and cannot conclude.
+
+Every sentence here reads an interval or a test that the report prints beside it (a cell's 95% CI against 0.5,
+the headline slope's CI against 0), never a comparison of two point estimates."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, List, Tuple
+
+import pandas as pd
+
+from .fit import MIN_POINTS
+from .tables import failed_judges, fmt, fmt_ci
+
+if TYPE_CHECKING:
+    from .pipeline import AnalysisResult
+
+MAX_CELLS_LISTED = 6  # up to this many cells, the headline lists each; beyond, it counts them
+QUESTIONS = (("recognition", "rec"), ("preference", "pref"))
+
+
+def summary_box(result: "AnalysisResult") -> List[Tuple[str, str]]:
+    """(heading, text) pairs, in reading order."""
+    cells = result.data.cells
+    if cells.empty:
+        return [("What was run", f"{result.data.n_cell_dirs} cell directories, none complete: nothing to conclude.")]
+    return [("What was run", _what_was_run(cells)), ("The numbers", _numbers(result, cells)),
+            ("Judge controls", _controls(cells)), ("What it can conclude", _can(result, cells)),
+            ("What it cannot conclude", _cannot(result, cells))]
+
+
+def _values(cells: pd.DataFrame, column: str) -> str:
+    vals = sorted({str(v) for v in cells[column].dropna()})
+    return ", ".join(vals) if vals else "—"
+
+
+def _what_was_run(cells: pd.DataFrame) -> str:
+    articles = sorted({int(n) for n in cells["n_articles"].dropna()})
+    span = (f"{articles[0]}" if len(articles) == 1 else f"{articles[0]}-{articles[-1]}") if articles else "?"
+    return (f"{len(cells)} complete cell(s), {span} article(s) each. Judges: {_values(cells, 'evaluator_variant')}; "
+            f"other sources: {_values(cells, 'source')}; datasets: {_values(cells, 'dataset')}; settings: "
+            f"{_values(cells, 'setting')}; label conditions: {_values(cells, 'label')}.")
+
+
+def _side(low: float, high: float) -> str:
+    """Where a 95% CI lies against 0.5 (no bias)."""
+    if math.isnan(low) or math.isnan(high):
+        return "no interval"
+    return "above 0.5" if low > 0.5 else "below 0.5" if high < 0.5 else "includes 0.5"
+
+
+def _numbers(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+    if len(cells) <= MAX_CELLS_LISTED:
+        rows = []
+        for _, c in cells.iterrows():
+            nums = "; ".join(f"{q} {fmt(c[f'{p}_mean'])} (95% CI {fmt_ci(c[f'{p}_ci_low'], c[f'{p}_ci_high'])})"
+                             for q, p in QUESTIONS)
+            rows.append(f"{c['evaluator_variant']} against {c['source']} on {c['dataset']} ({c['setting']}): {nums}.")
+        text = " ".join(rows)
+    else:
+        text = " ".join(f"{q.capitalize()}: the CI lies above 0.5 in {_count(cells, p, 'above 0.5')}, below in "
+                        f"{_count(cells, p, 'below 0.5')} and includes 0.5 in {_count(cells, p, 'includes 0.5')} of "
+                        f"{len(cells)} cells." for q, p in QUESTIONS)
+    fit = _headline_fit(result)
+    return text + (f" {fit}" if fit else "")
+
+
+def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
+    return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"])))
+
+
+def _headline_fit(result: "AnalysisResult") -> str:
+    fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
+    return " ".join(f"Preference on recognition over {f.n} paper units ({f.group}): slope {fmt(f.slope)} "
+                    f"(95% CI {fmt_ci(f.slope_ci_low, f.slope_ci_high)})." for f in fits)
+
+
+def _controls(cells: pd.DataFrame) -> str:
+    ran = cells[cells["jc_passed"].map(lambda v: v is True or v is False)]
+    if ran.empty:
+        return "The judge-competence control did not run (it is on by default for local judges)."
+    failed = failed_judges(cells)
+    if failed.empty:
+        return f"Judge competence passed in all {len(ran)} cell(s) that ran it."
+    names = _values(failed, "evaluator_variant")
+    return (f"Judge competence passed in {len(ran) - len(failed)} of {len(ran)} cell(s); it failed for {names} "
+            f"(that judge could not tell an article's own summary from another article's).")
+
+
+def _can(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+    out = []
+    for q, p in QUESTIONS:
+        above, below = _count(cells, p, "above 0.5"), _count(cells, p, "below 0.5")
+        if above or below:
+            own, other = (("tells its own summary apart", "takes the other source's for its own")
+                          if q == "recognition" else ("prefers its own summary", "prefers the other source's"))
+            out.append(f"{q.capitalize()}: in {above} cell(s) the judge {own} (95% CI above 0.5), and in {below} it "
+                       f"{other} (CI below 0.5), beyond article-sampling noise.")
+    for f in (f for f in result.headline_fits() if f.ok and not f.no_interval):
+        if f.slope_ci_low > 0:
+            out.append(f"Across the {f.n} paper units of {f.group}, preference rises with recognition (slope CI "
+                       f"above 0): a correlation across judges, not by itself a causal effect.")
+        elif f.slope_ci_high < 0:
+            out.append(f"Across the {f.n} paper units of {f.group}, preference falls as recognition rises "
+                       f"(slope CI below 0).")
+    if out:
+        return " ".join(out)
+    if len(failed_judges(cells)) == len(cells):
+        return ("Nothing about self-recognition or self-preference: every cell's judge failed the competence "
+                "control, so its nulls are uninformative.")
+    return ("No interval lies clear of 0.5: at this sweep's size no self-recognition or self-preference was "
+            "detected, which is not evidence that there is none (see each cell's smallest detectable effect below).")
+
+
+def _cannot(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+    out = []
+    if not failed_judges(cells).empty:
+        out.append("Where a judge failed the competence control, a null says nothing about that judge.")
+    fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
+    if not fits:
+        units = result.design.max_condition_units if result.design is not None else 0
+        out.append(f"Whether preference follows recognition across judges: that needs a regression over at least "
+                   f"{MIN_POINTS} paper units (evaluator variant × dataset) in one setting and label condition, and "
+                   f"this sweep has at most {units}.")
+    elif all(f.slope_ci_low <= 0 <= f.slope_ci_high for f in fits):
+        out.append("That preference follows recognition: the slope's CI includes 0.")
+    if result.design is not None and result.design.finetuned:
+        out.append("Whether fine-tuning causes the shift beyond the adapters trained: each fine-tuned arm's "
+                   "intervals cover article sampling, not training randomness (replicate with finetune_task.seed).")
+    out.append("Intervals are over this sweep's articles and cells; other articles, judges or prompts may differ.")
+    return " ".join(out)
