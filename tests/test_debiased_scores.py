@@ -166,7 +166,7 @@ def test_summary_blocks_follow_the_shared_schema():
 
 # ---------------------------------------------------------------------- the cell: files, print, W&B
 def test_cell_records_prints_and_logs_both_scales(compose_cfg, tmp_path, capsys):
-    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=5"])
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=5", "verbose=true"])
     summary = run_cell(resolve_cell(cfg), tmp_path / "cell")
     items = [json.loads(line) for line in (tmp_path / "cell" / "results.jsonl").read_text().splitlines()]
     for it in items:
@@ -201,6 +201,19 @@ def test_print_says_when_no_effect_size_can_be_given():
     summary = {"cell": {"evaluator": "e", "source": "s", "dataset": "d", "setting": "pairwise"},
                "recognition": block, "position_consistency": {"recognition": 1.0}, "n_excluded": 0,
                "model_calls": 2, "cache_hits": 0, "elapsed_s": 0.1}
-    out = format_result(summary, "here")
+    out = format_result(summary, "here", verbose=True)
     assert "with n=1 article, no detectable effect can be given (it needs at least 2 articles)" in out
     assert "log-odds 0.400" in out
+
+
+def test_a_cell_prints_a_few_lines_by_default():
+    """By default the two scores, the judge-competence control, warnings and the calls; verbose adds the rest."""
+    block = {"mean": 0.6, "ci_low": 0.55, "ci_high": 0.65, "n": 5, "n_excluded": 0,
+             "logodds": {"mean": 0.4, "ci_low": 0.2, "ci_high": 0.6}}
+    summary = {"cell": {"evaluator": "e", "source": "s", "dataset": "d", "setting": "pairwise"},
+               "recognition": block, "preference": block, "position_consistency": {"recognition": 1.0},
+               "n_excluded": 0, "model_calls": 2, "cache_hits": 0, "elapsed_s": 0.1,
+               "judge_competence": {"enabled": False, "reason": "off"}, "placebo": {"enabled": False, "reason": "off"}}
+    short, full = format_result(summary, "here").strip().splitlines(), format_result(summary, "here", True)
+    assert len(short) <= 6 and "judge competence  off" in short[3] and "log-odds" not in "\n".join(short)
+    assert "also measured: placebo" in short[4] and "placebo question  off" in full and "log-odds 0.400" in full

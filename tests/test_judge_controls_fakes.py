@@ -94,7 +94,7 @@ def _judges_registered(monkeypatch):
 
 def run(compose_cfg, tmp_path, backend, *overrides):
     cfg = compose_cfg([f"evaluator.backend={backend}", f"evaluator.name={backend}_eval", "judge.competence=on",
-                       "judge.placebo=on", "dataset.n_articles=8", *overrides])
+                       "judge.placebo=on", "dataset.n_articles=8", "verbose=true", *overrides])
     return run_cell(resolve_cell(cfg), tmp_path / "cell")
 
 

@@ -117,43 +117,61 @@ def _fmt_detectable(mde: Dict[str, Any], logodds_mde: Optional[Dict[str, Any]]) 
             f"({mde['power']:.0%} power, α={mde['alpha']:g})")
 
 
-def format_result(summary: Dict[str, Any], where: str) -> str:
-    """The cell's result as printed at its end: per question the paper's score and the log-odds score with
-    their CIs, and the smallest effect the cell could have detected."""
-    c = summary["cell"]
-    lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
-    for q in QUESTIONS:
-        if q not in summary:
-            continue
-        stats, pc = summary[q], summary["position_consistency"].get(q)
-        lines.append(f"  self-{q:<12} score    {_fmt(stats)}"
-                     + ("" if stats.get("mean") is None else f"  (n={stats['n']}, excluded {stats['n_excluded']})")
-                     + ("" if pc is None else f"  position-consistent {pc:.0%}"))
-        if "logodds" in stats:
-            lines.append(f"  {'':<17} log-odds {_fmt(stats['logodds'])}")
-        if "mde" in stats:
-            lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
-        bounded = stats.get("bounded_readings") or {}
-        if bounded.get("n"):
-            lines.append(f"  {'':<17} bounded readings {bounded['n']} of {bounded['of']} ({bounded['share']:.0%}): "
-                         f"an answer absent from the top logprobs, valued at the smallest listed probability")
-    lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
-    lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
-    for m in registered():
-        line = m.format(summary.get(m.summary_key))
-        if line:
-            lines.append(line)
+def _question_lines(q: str, stats: Dict[str, Any], pc: Optional[float], verbose: bool) -> List[str]:
+    """A question's printed lines: its score, CI and counts; with `verbose` also its log-odds score and the smallest
+    effect it could have detected. Bounded readings are always said (they qualify the score)."""
+    lines = [f"  self-{q:<12} score    {_fmt(stats)}"
+             + ("" if stats.get("mean") is None else f"  (n={stats['n']}, excluded {stats['n_excluded']})")
+             + ("" if pc is None or not verbose else f"  position-consistent {pc:.0%}")]
+    if verbose and "logodds" in stats:
+        lines.append(f"  {'':<17} log-odds {_fmt(stats['logodds'])}")
+    if verbose and "mde" in stats:
+        lines.append(f"  {'':<17} {_fmt_detectable(stats['mde'], stats.get('logodds', {}).get('mde'))}")
+    bounded = stats.get("bounded_readings") or {}
+    if bounded.get("n"):
+        lines.append(f"  {'':<17} bounded readings {bounded['n']} of {bounded['of']} ({bounded['share']:.0%}): "
+                     f"an answer absent from the top logprobs, valued at the smallest listed probability")
+    return lines
+
+
+def _notes(summary: Dict[str, Any], verbose: bool) -> List[str]:
+    """Where the own summaries came from, what standardization stripped (verbose), warnings and exclusions."""
+    lines = []
     origin = summary.get("own_summaries") or {}
     if origin.get("kind") not in (None, "generated"):
         lines.append(f"  own summaries: {origin['name']} ({origin['kind']}), not generated")
     stripped = {src: {r: n for r, n in rules.items() if n}
                 for src, rules in (summary.get("standardization") or {}).items() if any(rules.values())}
-    if stripped:
+    if stripped and verbose:
         lines.append(f"  standardization stripped (summaries per rule): {stripped}")
-    for w in summary.get("warnings") or []:
-        lines.append(f"  warning: {w}")
+    lines += [f"  warning: {w}" for w in summary.get("warnings") or []]
     if summary["n_excluded"]:
         lines.append(f"  excluded items: {summary['n_excluded']} of {summary['n_items']} {summary['exclusions']}")
+    return lines
+
+
+def format_result(summary: Dict[str, Any], where: str, verbose: bool = False) -> str:
+    """The cell's result as printed at its end: per question the paper's score with its CI; with `verbose`, also
+    the log-odds score and the smallest effect the cell could have detected, and every measurement's line (by
+    default only the judge-competence control's, and the names of the others)."""
+    c = summary["cell"]
+    lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
+    for q in QUESTIONS:
+        if q in summary:
+            lines += _question_lines(q, summary[q], summary["position_consistency"].get(q), verbose)
+    if verbose:
+        lines.append("  (score: 0.5 = no bias, > 0.5 = the evaluator recognizes / favours its own summary;")
+        lines.append("   log-odds: the same on the logit scale, 0 = no bias; a position bias cancels in it)")
+    quiet = []
+    for m in registered():
+        line = m.format(summary.get(m.summary_key))
+        if line and (verbose or m.brief):
+            lines.append(line)
+        elif line:
+            quiet.append(m.name)
+    if quiet:
+        lines.append(f"  also measured: {', '.join(quiet)} (in summary.json; verbose=true prints them)")
+    lines += _notes(summary, verbose)
     lines.append(f"  model calls: {summary['model_calls']} (cache hits {summary['cache_hits']}), "
                  f"{summary['elapsed_s']:.1f}s -> {where}")
     return "\n".join(lines)

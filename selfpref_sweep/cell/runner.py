@@ -45,7 +45,7 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         return _skipped(spec, run_dir)
     # One launch runs the cell; another launch of it (same folder, or same store) waits, then uses its results.
     with cell_claims(spec.config, run_dir, spec.store_path, run_dir / SUMMARY_FILE, _say_waiting) as claims:
-        reused = _reused_result(claims, run_dir)
+        reused = _reused_result(claims, run_dir, spec.verbose)
         if reused is not None:
             return reused
         return _run_claimed(spec, run_dir, wandb_group, start)
@@ -79,7 +79,7 @@ def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], star
     _track(spec, run_dir, wandb_group, summary, items)
     record = summary.to_json()
     atomic_write_json(run_dir / SUMMARY_FILE, record)
-    print(format_result(record, str(run_dir / SUMMARY_FILE)))
+    print(format_result(record, str(run_dir / SUMMARY_FILE), spec.verbose))
     return record
 
 
@@ -88,7 +88,7 @@ def _say_waiting(holder: Holder, claim: Path) -> None:
           f"finish, then using its results. A claim whose launch is gone is taken over. ==", flush=True)
 
 
-def _reused_result(claims: CellClaims, run_dir: Path) -> Optional[Dict[str, Any]]:
+def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> Optional[Dict[str, Any]]:
     """The result the launch this one waited for wrote into this folder, when it finished the cell; None when
     there is none to use (it ran elsewhere or failed): this launch then runs the cell, from the cache."""
     if claims.waited_on is None or not claims.summary_changed:
@@ -97,7 +97,7 @@ def _reused_result(claims: CellClaims, run_dir: Path) -> Optional[Dict[str, Any]
     if record.summary is None or record.summary.status != STATUS_COMPLETE:
         return None
     summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    print(format_result(summary, str(run_dir / SUMMARY_FILE)))
+    print(format_result(summary, str(run_dir / SUMMARY_FILE), verbose))
     print(f"  (computed by the launch it waited for, {claims.waited_on.describe()}; this launch made no calls)")
     return summary
 

@@ -449,6 +449,9 @@ class Config:
     analysis: AnalysisConfig = field(default_factory=AnalysisConfig)  # the end-of-sweep analysis
     seed: int = 0
     show_progress: bool = True
+    # Print every line of a cell's result (every measurement, log-odds, smallest detectable effects); by default
+    # a cell prints its two scores, the judge-competence control, warnings and its calls (summary.json has all).
+    verbose: bool = False
     # Plan only: list the grid's cells with the calls not yet cached, tokens and estimated cost.
     plan: bool = False
 

@@ -72,6 +72,7 @@ class CellSpec:
     show_progress: bool
     plan: bool
     config: Mapping[str, Any]  # the whole resolved config, plain data (logged to W&B after redaction)
+    verbose: bool = False  # print every line of the cell's result
     same_model_reason: Optional[str] = None  # in a sweep: why the source is the evaluator's own (then skipped)
 
     @property
@@ -128,6 +129,7 @@ def resolve_cell(cfg: DictConfig, sweeping: bool = False) -> CellSpec:
         store_path=str(typed.store.path), model_cache=str(typed.paths.model_cache),
         model_pool_gb=float(typed.model_pool.budget_gb), wandb=typed.wandb,
         seed=int(typed.seed), show_progress=bool(typed.show_progress), plan=bool(typed.plan),
+        verbose=bool(typed.verbose),
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), same_model_reason=own_other)
 
 

@@ -61,6 +61,7 @@ class Measurement(ABC):
     item_key: str
     summary_key: str
     prefix: str
+    brief = False  # its line is printed by default, not only with verbose=true (the judge-competence control)
     omit_missing: bool = False  # True: an article without a record gets no field (else the field is null)
 
     # --- the cell -------------------------------------------------------------------------------------

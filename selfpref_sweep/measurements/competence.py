@@ -210,6 +210,7 @@ class CompetenceMeasurement(Measurement):
     item_key = QUESTION
     summary_key = "judge_competence"
     prefix = "jc"
+    brief = True  # whether a null means anything: said with every result
     omit_missing = True  # only sampled articles get the control
     cell_column_names = ("jc_enabled", "jc_mean", "jc_ci_low", "jc_ci_high", "jc_n", "jc_threshold", "jc_passed",
                          "jc_reason", "jc_logodds_mean", "jc_logodds_ci_low", "jc_logodds_ci_high", "jc_setting",
