@@ -20,7 +20,7 @@ from selfpref_sweep.analysis.fit import LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT
 from selfpref_sweep.analysis.load import load_sweeps
 from selfpref_sweep.analysis.items_view import collect_items
 from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import COMPETENCE_COLUMN, JUDGE_FAILED, quality_table
+from selfpref_sweep.measurements.competence.competence_report import COMPETENCE_COLUMN, JUDGE_FAILED, quality_table
 from selfpref_sweep.analysis.units import paper_units
 
 from .test_analysis import NO_WANDB, write_cell

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "selfpref_sweep"
@@ -80,9 +81,16 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+def _analysis_side(name: str) -> bool:
+    """The analysis, and each measurement's report side (measurements/<name>/<x>_report.py and the modules of
+    columns it shares with the analysis)."""
+    return name.startswith("selfpref_sweep.analysis") or (
+        name.startswith("selfpref_sweep.measurements.") and name.endswith(("_report", "_columns")))
+
+
 def test_the_analysis_reads_records_only():
     graph = import_graph()
-    reachable, todo = set(), [m for m in graph if m.startswith("selfpref_sweep.analysis")]
+    reachable, todo = set(), [m for m in graph if _analysis_side(m)]
     while todo:
         m = todo.pop()
         if m not in reachable:
@@ -101,11 +109,20 @@ def test_models_do_not_import_finetuning():
 
 
 def test_the_core_does_not_import_the_analysis():
-    """The analysis reads what the core writes; the core never reaches into the analysis (lazy imports too)."""
+    """The analysis reads what the core writes; the core never reaches into the analysis (lazy imports too), nor
+    into a measurement's report side."""
     graph = import_graph()
     for name, deps in graph.items():
-        if not name.startswith("selfpref_sweep.analysis"):
-            assert not any(d.startswith("selfpref_sweep.analysis") for d in deps), (name, sorted(deps))
+        if not _analysis_side(name):
+            assert not any(_analysis_side(d) for d in deps), (name, sorted(deps))
+
+
+def test_the_analysis_loads_no_measurement_cell_side():
+    """A measurement's report side, and the analysis, never import its cell side (which needs the models)."""
+    graph = import_graph()
+    for name, deps in graph.items():
+        if _analysis_side(name):
+            assert not any(d.endswith("_cell") for d in deps), (name, sorted(deps))
 
 
 def _mentions_backend(node: ast.AST) -> bool:
@@ -161,3 +178,34 @@ def test_the_package_is_laid_out_by_concern():
     assert len(top) <= 6, top
     names = [p.stem for p in PACKAGE.rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
     assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def _string_constants(path: Path):
+    """(line, text) of every string constant in a file, f-strings' literal parts included."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def _measurement_columns_outside(prefixes, root: Path = PACKAGE) -> list:
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, prefixes))})_[a-z0-9_]+$")
+    measurements = root / "measurements"
+    return [f"{path.relative_to(root)}:{line}: {text}" for path in sorted(root.rglob("*.py"))
+            if measurements not in path.parents for line, text in _string_constants(path) if pattern.match(text)]
+
+
+def test_no_measurement_column_is_named_outside_its_folder():
+    """The analysis asks a measurement's report module about its columns; only measurements/ names them."""
+    from selfpref_sweep.measurements import registered
+
+    prefixes = sorted({m.prefix for m in registered()})
+    assert {"jc", "fam", "pl", "rc", "sb"} <= set(prefixes)
+    assert _measurement_columns_outside(prefixes) == []
+
+
+def test_the_column_finder_finds_a_planted_column(tmp_path):
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "measurements" / "placebo").mkdir(parents=True)
+    (tmp_path / "analysis" / "table.py").write_text('COLUMN = "pl_accuracy_mean"\nOK = "pref_mean"\n')
+    (tmp_path / "measurements" / "placebo" / "placebo_report.py").write_text('COLUMN = "pl_accuracy_mean"\n')
+    assert _measurement_columns_outside(["pl"], tmp_path) == ["analysis/table.py:1: pl_accuracy_mean"]

@@ -15,7 +15,7 @@ from selfpref_sweep.config import JudgeConfig, ModelConfig, SettingName
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.config.validation import validate_config
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.measurements.competence import (IDENTICAL_SUMMARIES, NO_DISTRACTOR, competence_enabled, competence_requests,
+from selfpref_sweep.measurements.competence.competence_cell import (IDENTICAL_SUMMARIES, NO_DISTRACTOR, competence_enabled, competence_requests,
                                                     derangement, format_competence, score_competence, summarize_competence)
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.tracking import summary_metrics
@@ -178,7 +178,7 @@ def test_config_ranges_and_the_prompt(compose_cfg):
 
 
 def test_a_finetuned_evaluator_is_the_judge_of_the_control(compose_cfg, tmp_path, monkeypatch):
-    from selfpref_sweep.measurements import competence
+    from selfpref_sweep.measurements.competence import competence_cell as competence
     from tests.finetune_fakes import FAKE_TRAINER
 
     monkeypatch.setenv("SELFPREF_TRAINERS", FAKE_TRAINER)
@@ -314,7 +314,7 @@ def test_too_few_articles_to_tell():
 
 
 def test_older_blocks_still_read():
-    from selfpref_sweep.measurements.competence import CompetenceMeasurement
+    from selfpref_sweep.measurements.competence.competence_cell import CompetenceMeasurement
 
     old = {"enabled": True, "mean": 0.58, "ci_low": 0.52, "ci_high": 0.64, "n": 14, "n_excluded": 0,
            "exclusions": {}, "threshold": 0.6, "passed": False, "calls_sampled": 28}

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from selfpref_sweep.analysis.familiarity_report import fit_familiarity, likelihood_units
+from selfpref_sweep.measurements.familiarity.familiarity_report import fit_familiarity, likelihood_units
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.cell.plan import plan_cell
@@ -16,7 +16,7 @@ from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.measurements.familiarity import familiarity_enabled, familiarity_requests
+from selfpref_sweep.measurements.familiarity.familiarity_cell import familiarity_enabled, familiarity_requests
 from selfpref_sweep.models.base import Message, ModelIdentity, SequenceRequest
 from tests.conftest import FAKE_BACKEND
 
@@ -249,5 +249,5 @@ def test_report_has_the_familiarity_section_and_says_when_there_is_none(tmp_path
                     familiarity=False)
     result = run_analysis([old], wandb_cfg={"mode": "disabled"})
     md = result.report_md.read_text()
-    assert "No cell recorded familiarity" in md and result.familiarity_fits == []
+    assert "No cell recorded familiarity" in md and fit_familiarity(result.data.items) == []
     assert (old / "analysis" / "familiarity.csv").is_file()

@@ -1,6 +1,7 @@
-"""Measurement plug-ins: a toy measurement, added through its own module, one registry entry and its config,
-reaches every place a measurement goes: results.jsonl, summary.json, the printed result, plan mode's counts,
-the analysis frames and items.html."""
+"""Measurement plug-ins: a toy measurement, added as one folder (tests/toy_measurement: its cell side and its
+report side), one registry entry and its config, reaches every place a measurement goes: results.jsonl,
+summary.json, the printed result, plan mode's counts, the analysis frames, report.md / report.html and
+items.html."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 
 from selfpref_sweep.analysis.items_view import write_items_html
 from selfpref_sweep.analysis.load import load_sweeps
+from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.cell.plan import plan_cell
 from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
 from tests.conftest import FAKE_EVALUATOR
 
-TOY = "toy=tests.toy_measurement:ToyMeasurement"  # the one registry entry
+TOY = "toy=tests.toy_measurement.toy_cell:ToyMeasurement"  # the one registry entry
 ON = "+judge.measurements.toy.mode=on"  # its config
 
 
@@ -30,7 +32,7 @@ def test_the_registry_holds_the_built_ins_then_the_added_ones(toy):
 
 
 def test_the_toy_reaches_the_record_the_print_and_the_analysis(toy, compose_cfg, tmp_path, capsys):
-    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=4", ON])
+    cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=4", ON, "verbose=true"])
     assert settings(cfg.judge, "toy") == {"mode": "on"}
     cell_dir = tmp_path / "sweep" / "0"
     summary = run_cell(resolve_cell(cfg), cell_dir)
@@ -46,6 +48,22 @@ def test_the_toy_reaches_the_record_the_print_and_the_analysis(toy, compose_cfg,
     assert data.items["toy_score"].notna().sum() == len(scored)
     page = write_items_html([tmp_path / "sweep"], tmp_path / "report").read_text()
     assert "P(longer)" in page
+
+    from tests.toy_measurement.toy_report import SECTION
+
+    result = run_analysis([tmp_path / "sweep"], wandb_cfg={"mode": "disabled"})
+    assert "toy" in result.design.measured
+    assert result.tables["toy"]["P(longer) [95% CI]"].iloc[0].startswith(f"{summary['toy']['mean']:.3f}")
+    assert SECTION in result.report_md.read_text() and SECTION in result.report_html.read_text()
+    assert "P(longer)" in (result.out_dir / "items.html").read_text()
+
+
+def test_without_the_toy_its_report_section_is_absent(compose_cfg, tmp_path):
+    from tests.toy_measurement.toy_report import SECTION
+
+    run_cell(resolve_cell(compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=4"])), tmp_path / "sweep" / "0")
+    result = run_analysis([tmp_path / "sweep"], wandb_cfg={"mode": "disabled"})
+    assert "toy" not in result.tables and SECTION not in result.report_md.read_text()
 
 
 def test_plan_mode_counts_the_toy_calls(toy, compose_cfg, tmp_path):

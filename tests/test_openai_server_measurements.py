@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config import JudgeConfig
 from selfpref_sweep.config.spec import resolve_cell
-from selfpref_sweep.measurements.competence import competence_enabled
+from selfpref_sweep.measurements.competence.competence_cell import competence_enabled
 from selfpref_sweep.models.base import Message, SequenceRequest
 from selfpref_sweep.models.openai_api import OpenAIModel, compile_chat_template, echoed_continuation, render_chat
 

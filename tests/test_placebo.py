@@ -9,7 +9,7 @@ import pytest
 import yaml
 from statsmodels.stats.proportion import proportion_confint
 
-from selfpref_sweep.analysis import question_sensitivity as Q
+from selfpref_sweep.measurements.placebo import placebo_report as Q
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD
 from selfpref_sweep.cell.pairs import Pair
@@ -19,7 +19,7 @@ from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.measurements import Stage
-from selfpref_sweep.measurements.placebo import (TIE, TRUTHS, PlaceboMeasurement, PlaceboState, agreement, format_placebo,
+from selfpref_sweep.measurements.placebo.placebo_cell import (TIE, TRUTHS, PlaceboMeasurement, PlaceboState, agreement, format_placebo,
                                                  placebo_enabled, placebo_stage, score_placebo, summarize_placebo, truth_of)
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.records.schema import Item, Verdict
@@ -153,7 +153,7 @@ def test_agreement_counts_the_same_items_for_both_rates_with_wilson_intervals():
 
 
 def test_alike_needs_a_link_to_explain():
-    from selfpref_sweep.measurements.placebo import answers_alike
+    from selfpref_sweep.measurements.placebo.placebo_cell import answers_alike
 
     def rates(pl, pref):
         return {"placebo_recognition": {"rate": pl}, "preference_recognition": {"rate": pref}}

@@ -10,7 +10,7 @@ import pytest
 
 from selfpref_sweep.cell.scoring import individual_verdict, pair_verdict, unjudged_verdict
 from selfpref_sweep.config import JudgeConfig, Switch
-from selfpref_sweep.measurements.recognition_classifier import (NO_VERDICT, RecognitionClassifierMeasurement, classifier_enabled,
+from selfpref_sweep.measurements.recognition_classifier.classifier_cell import (NO_VERDICT, RecognitionClassifierMeasurement, classifier_enabled,
                                                                 format_classifier, summarize_classifier)
 from selfpref_sweep.records.schema import Item, OrderReading, SummaryReading
 from selfpref_sweep.stats.classifier_metrics import auroc, proportion, reliability

@@ -119,22 +119,23 @@ def test_labels_are_compared_only_on_the_items_both_conditions_judged(tmp_path: 
 
 
 def test_the_item_list_is_declarative_and_complete() -> None:
-    names = [item.name for item in R.REPORT_ITEMS]
+    items = R.report_items()
+    names = [item.name for item in items]
     assert len(names) == len(set(names))
-    assert {item.to_wandb for item in R.REPORT_ITEMS} <= {R.NOT_LOGGED, R.RUN_TABLE, R.REPORT_TABLE}
+    assert {item.to_wandb for item in items} <= {R.NOT_LOGGED, R.RUN_TABLE, R.REPORT_TABLE}
     # The W&B report holds the regression tables (and the label comparison where the design has it), and the
     # judge controls' verdicts, which say which of those results mean something.
-    assert [i.name for i in R.REPORT_ITEMS if i.to_wandb == R.REPORT_TABLE] == [
+    assert [i.name for i in items if i.to_wandb == R.REPORT_TABLE] == [
         "label_comparison", "regression_units", "regression_resampled", "regression_robustness", "specificity",
         "interaction", "judge_controls"]
     everything = R.Design(label_pairs=False, max_condition_units=0, finetuned=True, diffs=True, trends=True,
-                          familiarity=True, logodds_cells=True)
+                          logodds_cells=True, measured=frozenset({"familiarity"}))
     assert R.plot_stems(everything) == {"preference_vs_recognition", "finetune_vs_base", "heatmap_recognition",
                                         "heatmap_preference"}
     # A label design with one unit per condition and no fine-tunes: no headline, no fine-tune tests.
     labels_only = R.Design(label_pairs=True, max_condition_units=1, finetuned=False, diffs=False, trends=False,
-                           familiarity=False, logodds_cells=False)
-    shown = {i.name for i in R.REPORT_ITEMS if i.applies(labels_only)}
+                           logodds_cells=False)
+    shown = {i.name for i in items if i.applies(labels_only)}
     assert "label_comparison" in shown and not shown & {"regression_units", "specificity", "interaction"}
     assert "preference_vs_recognition" not in R.plot_stems(labels_only)
 

@@ -160,7 +160,7 @@ def _truth_row(cell: pd.DataFrame, **values: float) -> cov.Truth:
 def test_cell_rows_score_the_intervals_the_cell_prints() -> None:
     """A truth just inside the printed interval counts as covered, one just outside as missed: the rows score
     the cell's own CI (scoring.question_stats) and the classifier's own Wilson interval (pairwise_metrics)."""
-    from selfpref_sweep.measurements.recognition_classifier import pairwise_metrics
+    from selfpref_sweep.measurements.recognition_classifier.classifier_cell import pairwise_metrics
     from selfpref_sweep.cell.scoring import question_stats
 
     cell, items = _one_cell()

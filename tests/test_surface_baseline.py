@@ -12,7 +12,7 @@ import pytest
 
 from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.config import JudgeConfig, Switch
-from selfpref_sweep.measurements.surface_baseline import (FEATURES, TOO_FEW, article_folds, baseline_stage, design,
+from selfpref_sweep.measurements.surface_baseline.surface_cell import (FEATURES, TOO_FEW, article_folds, baseline_stage, design,
                                                           format_baseline, run_baseline, summarize_baseline, surface_features)
 
 VOCAB = ("the council said on monday that its plan for new homes would go ahead despite local protests and a "
@@ -113,7 +113,8 @@ def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_c
 
 
 def test_the_report_shows_both_sections_and_the_reliability_figure(compose_cfg, tmp_path):
-    from selfpref_sweep.analysis.classifier import classifier_table, surface_table
+    from selfpref_sweep.measurements.recognition_classifier.classifier_report import classifier_table
+    from selfpref_sweep.measurements.surface_baseline.surface_report import surface_table
     from selfpref_sweep.analysis.pipeline import run_analysis
     from selfpref_sweep.cell.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
@@ -124,7 +125,7 @@ def test_the_report_shows_both_sections_and_the_reliability_figure(compose_cfg, 
                            "judge.surface_baseline=on", "judge.surface_folds=3"])
         run_cell(resolve_cell(cfg), tmp_path / "sweep" / str(i))
     result = run_analysis([tmp_path / "sweep"], wandb_cfg={"mode": "disabled"})
-    assert result.design.classifiers
+    assert {"recognition_classifier", "surface_baseline"} <= result.design.measured
     table = result.tables["recognition_classifier"]
     assert len(table) == 2 and table["AUROC"].str.match(r"^\d\.\d{3}$").all()
     assert classifier_table(result.data.cells).equals(table)

@@ -18,6 +18,7 @@ from selfpref_sweep.analysis import simulate as sim
 from selfpref_sweep.analysis.pipeline import run_analysis
 from selfpref_sweep.analysis.tables import GROUP_KEYS, MACHINE_KEYS
 from selfpref_sweep.analysis.units import VARIANT_KEYS
+from selfpref_sweep.measurements.familiarity.familiarity_report import likelihood_units
 
 from .test_analysis import NO_WANDB, write_cell
 from .test_familiarity import _write_cell as write_familiarity_cell
@@ -125,7 +126,7 @@ def test_a_unit_missing_familiarity_in_one_cell_is_flagged(tmp_path: Path) -> No
     write_familiarity_cell(sweep, 0, "m1", "s1", rows)
     write_familiarity_cell(sweep, 1, "m1", "s2", rows, familiarity=False)
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
-    unit, = result.fam_units.to_dict(orient="records")
+    unit, = likelihood_units(result.data.items).to_dict(orient="records")
     assert math.isnan(unit["likelihood_recognition"]) and math.isnan(unit["verbal_recognition"])
     assert unit["incomplete"] == "familiarity: missing in source=s2 (cell fam/1)"
     assert "likelihood recognizer, paper unit m1 on demo" in result.report_md.read_text()

@@ -1,6 +1,6 @@
 """Which results mean something: every control of a cell on one line, with a verdict in words.
 
-Reads the cell frame's columns of the control plug-ins (competence, placebo, recognition classifier) and says,
+Asks the control plug-ins' report modules (competence, placebo, recognition classifier) and says,
 per cell, whether its judge (1) can do the task at all (the competence control passed), (2) reads the question
 (the placebo question answered above chance), and (3) answers recognition and preference apart from the
 placebo (not "answering every question alike"). Only a cell that passes all three gives a self-recognition or
@@ -9,15 +9,14 @@ self-preference result that means something; a control that was not run is said,
 
 from __future__ import annotations
 
-import math
-from typing import Any, Optional
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from ..measurements import number
-from .classifier import OVERALL_CONSERVATIVE
-from .tables import DASH, fmt, fmt_ci
+from ..measurements.competence import competence_report
+from ..measurements.placebo import placebo_report
+from ..measurements.recognition_classifier import classifier_report
+from ..measurements.recognition_classifier.classifier_report import OVERALL_CONSERVATIVE
 
 NAME = "judge_controls"
 SECTION = "Which results mean something: the judge controls per cell"
@@ -36,26 +35,9 @@ TEXT = (
 )
 
 
-def _flag(value: Any) -> Optional[bool]:
-    """A yes/no column's value (numpy's bool too); None for a missing or non-boolean one."""
-    return bool(value) if isinstance(value, (bool, np.bool_)) else None
-
-
-def placebo_read(cell: pd.Series) -> Optional[bool]:
-    """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
-    answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
-    ½; False: it is not; None: no placebo measured."""
-    if _flag(cell.get("pl_enabled")) is not True:
-        return None
-    low, chance = number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
-    if not math.isfinite(low):
-        low, chance = number(cell.get("pl_accuracy_ci_low")), 0.5
-    return bool(low > chance) if math.isfinite(low) else False
-
-
 def verdict(cell: pd.Series) -> str:
     """The cell's reading in words: informative, or the first reason it is not (or what was not run)."""
-    competence, placebo, alike = _flag(cell.get("jc_passed")), placebo_read(cell), _flag(cell.get("pl_alike"))
+    competence, placebo, alike = competence_report.passed(cell), placebo_report.read(cell), placebo_report.alike(cell)
     # The placebo is always asked pairwise; in an individual cell its accuracy speaks to the pairwise format, not
     # to the cell's own questions, so there it qualifies the verdict instead of deciding it.
     individual = cell.get("setting") == "individual"
@@ -74,38 +56,6 @@ def verdict(cell: pd.Series) -> str:
     return "informative: the judge passes every control"
 
 
-def _competence(cell: pd.Series) -> str:
-    if cell.get("jc_enabled") is not True:
-        return NOT_RUN
-    passed = _flag(cell.get("jc_passed"))
-    state = "passed" if passed else "failed" if passed is False else "too few to tell"
-    if math.isfinite(number(cell.get("jc_logodds_mean"))):
-        est = f"{fmt(cell['jc_logodds_mean'])} {fmt_ci(cell['jc_logodds_ci_low'], cell['jc_logodds_ci_high'])}"
-    else:  # an older cell, read on the paper's scale
-        est = f"P(correct) {fmt(cell.get('jc_mean'))}"
-    return f"{state}: {est}"
-
-
-def _placebo(cell: pd.Series) -> tuple[str, str]:
-    if cell.get("pl_enabled") is not True:
-        return NOT_RUN, NOT_RUN
-    accuracy = (f"log-odds {fmt(cell.get('pl_accuracy_logodds_mean'))} "
-                f"{fmt_ci(cell.get('pl_accuracy_logodds_ci_low'), cell.get('pl_accuracy_logodds_ci_high'))}; "
-                f"P(correct) {fmt(cell['pl_accuracy_mean'])}")
-    alike = _flag(cell.get("pl_alike"))
-    agreement = (f"placebo {fmt(cell['pl_agree_recognition'])} vs preference "
-                 f"{fmt(cell['pl_pref_agree_recognition'])}")
-    word = "alike" if alike else "apart" if alike is False else "no link to explain"
-    return accuracy, f"{word} ({agreement})"
-
-
-def _classifier(cell: pd.Series) -> tuple[str, str]:
-    if cell.get("rc_enabled") is not True:
-        return NOT_RUN, NOT_RUN
-    accuracy = f"{fmt(cell['rc_accuracy'])} {fmt_ci(cell['rc_accuracy_ci_low'], cell['rc_accuracy_ci_high'])}"
-    return accuracy, fmt(cell.get("rc_auroc")) if math.isfinite(number(cell.get("rc_auroc"))) else DASH
-
-
 def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cell: the controls and the verdict (cells sorted by evaluator, setting, dataset, source)."""
     cols = ["evaluator", "setting", "dataset", "other source", "competence (log-odds [95% CI])",
@@ -116,16 +66,14 @@ def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
     rows = []
     ordered = cells.sort_values(["evaluator_variant", "setting", "dataset", "source"], kind="stable")
     for _, c in ordered.iterrows():
-        accuracy, agreement = _placebo(c)
-        rec_accuracy, auroc = _classifier(c)
-        rows.append([c["evaluator_variant"], c["setting"], c["dataset"], c["source"], _competence(c), accuracy,
+        accuracy, agreement = placebo_report.control_texts(c, NOT_RUN)
+        rec_accuracy, auroc = classifier_report.control_texts(c, NOT_RUN)
+        rows.append([c["evaluator_variant"], c["setting"], c["dataset"], c["source"],
+                     competence_report.control_text(c, NOT_RUN), accuracy,
                      agreement, rec_accuracy, auroc, verdict(c)])
     return pd.DataFrame(rows, columns=cols)
 
 
-def has_controls(cells: pd.DataFrame) -> bool:
+def applies(design: Any) -> bool:
     """Some cell ran the placebo or the recognition classifier (the newer controls)."""
-    if cells.empty:
-        return False
-    return bool(cells.get("pl_enabled", pd.Series(dtype=object)).map(lambda v: v is True).any()
-                or cells.get("rc_enabled", pd.Series(dtype=object)).map(lambda v: v is True).any())
+    return bool({placebo_report.NAME, classifier_report.NAME} & design.measured)

@@ -14,7 +14,6 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import pandas as pd
 
 from ..records.schema import ANALYSIS_ERROR_FILE
-from . import familiarity_report as F
 from . import report_items as R
 from . import sources as S
 from . import tables as T
@@ -22,7 +21,6 @@ from .calibration import calibration_label, pooled_over_datasets
 from .estimates import Estimates, estimate
 from .fit import (
     GROUPINGS,
-    LEVEL_ITEM,
     LEVEL_SOURCE,
     LEVEL_UNIT,
     RECOGNITION_TASKS,
@@ -36,7 +34,8 @@ from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, l
 from .paired import LABEL_COLUMNS, TrendResult, label_vs_reference
 from .plots import PlotFile, make_plots
 from .report import write_report
-from .report_items import Design, incomplete_text as _incomplete_text, judge_text as _judge_text
+from ..measurements.competence import competence_report
+from .report_items import Design, incomplete_text as _incomplete_text
 from .report_items import problem_counts as _problem_counts
 from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
 from .summary_box import summary_box
@@ -66,7 +65,6 @@ class AnalysisResult:
     unit_fits: list[FitResult]  # the headline
     robustness_fits: list[FitResult]
     interactions: list[InteractionResult]
-    familiarity_fits: list[F.FamiliarityFit]  # empty when no item records familiarity
     tables: dict[str, pd.DataFrame]  # display tables, keyed by short name
     plots: list[PlotFile]
     recognition_tasks: tuple[str, ...] = RECOGNITION_TASKS
@@ -75,7 +73,6 @@ class AnalysisResult:
     specificity: list[SpecificityResult] = field(default_factory=list)  # the shift at matched recognition
     trends: list[TrendResult] = field(default_factory=list)  # the recognition arms' Δ over log10 N
     specificity_margin: dict[str, float] = field(default_factory=lambda: dict(SPECIFICITY_MARGIN))
-    fam_units: pd.DataFrame = field(default_factory=pd.DataFrame)  # the likelihood recognizer per paper unit
     # Label conditions against the unlabelled prompt on the same items (paired.label_vs_reference).
     labels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LABEL_COLUMNS))
     design: Optional[Design] = None  # what the cells support: decides which report items apply
@@ -83,7 +80,7 @@ class AnalysisResult:
     resampled: list[ResampledFit] = field(default_factory=list)
 
     def shows(self, name: str) -> bool:
-        """Whether the report has the item ``name`` (report_items.REPORT_ITEMS) for this sweep's design."""
+        """Whether the report has the item ``name`` (report_items.report_items()) for this sweep's design."""
         return any(item.name == name for item in R.applicable(self))
 
     def headline_fits(self, scale: str = "paper") -> list[FitResult]:
@@ -102,9 +99,9 @@ class AnalysisResult:
         if self.wandb_status:
             lines.append(self.wandb_status)
         lines += self._headline_lines()
-        failed = T.failed_judges(self.data.cells)
+        failed = competence_report.failed_judges(self.data.cells)
         if not failed.empty:
-            lines += ["", f"{len(failed)} cell(s) whose judge failed the competence control ({T.JUDGE_FAILED}):"]
+            lines += ["", f"{len(failed)} cell(s) whose judge failed the competence control ({competence_report.JUDGE_FAILED}):"]
             lines += [f"  {c.cell_id}: {c.evaluator_variant} vs {c.source} on {c.dataset}" for c in failed.itertuples()]
         problems = [p for p in self.data.problems if p.status != STATUS_WARNING]
         if problems:
@@ -186,7 +183,7 @@ def _corrected_sentence(result: AnalysisResult, paper: FitResult) -> list[str]:
 _FIXED_KEYS: dict[str, dict[str, str]] = {
     "paper_units.csv": {"level": LEVEL_UNIT}, "finetune_vs_base.csv": {"level": LEVEL_UNIT},
     "dose_trend.csv": {"level": LEVEL_UNIT}, "dose_trend": {"level": LEVEL_UNIT},
-    "cells.csv": {"level": LEVEL_SOURCE}, "familiarity.csv": {"level": LEVEL_ITEM}, "familiarity": {"level": LEVEL_ITEM},
+    "cells.csv": {"level": LEVEL_SOURCE},
     "label_comparison.csv": {"level": LEVEL_UNIT}, "label_comparison": {"level": LEVEL_UNIT},
 }
 
@@ -194,6 +191,13 @@ _FIXED_KEYS: dict[str, dict[str, str]] = {
 def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     """Machine-readable copies (CSV + JSON) next to the PNGs."""
     files = []
+    fixed = dict(_FIXED_KEYS)
+    measured_files, measured_sections = {}, {}
+    for _, mod in R.measurement_reports():  # each measurement's own files and regressions.json sections
+        for name, (frame, keys) in (mod.data_files(result) if hasattr(mod, "data_files") else {}).items():
+            measured_files[name], fixed[name] = frame, keys
+        for name, (records, keys) in (mod.json_sections(result) if hasattr(mod, "json_sections") else {}).items():
+            measured_sections[name], fixed[name] = records, keys
     frames = {
         "regression_units.csv": T.fits_frame(result.unit_fits),
         "regression_robustness.csv": T.fits_frame(result.robustness_fits),
@@ -201,7 +205,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "specificity.csv": T.specificity_frame(result.specificity),
         "dose_trend.csv": T.trends_frame(result.trends),
         "regression_resampled.csv": resampled_frame(result.resampled),
-        "familiarity.csv": F.fits_frame(result.familiarity_fits),
+        **measured_files,
         "paper_units.csv": result.units,
         "finetune_vs_base.csv": result.diffs,
         "cells.csv": T.cells_frame(result.data.cells),
@@ -215,7 +219,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     groups = T.group_keys(result.units, result.points, result.data.items)
     for name, df in frames.items():
         path = analysis_dir / name
-        T.with_machine_keys(df, groups, **_FIXED_KEYS.get(name, {})).to_csv(path, index=False)
+        T.with_machine_keys(df, groups, **fixed.get(name, {})).to_csv(path, index=False)
         files.append(path)
     payload = {
         "paper_unit": [f.to_dict() for f in result.unit_fits],
@@ -224,12 +228,12 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "specificity": [r.to_dict() for r in result.specificity],
         "dose_trend": [t.to_dict() for t in result.trends],
         "resampled": [f.to_dict() for f in result.resampled],
-        "familiarity": [f.to_dict() for f in result.familiarity_fits],
+        **measured_sections,
         "problems": result.data.problems_df.to_dict(orient="records"),
     }
     if "label_comparison.csv" in frames:
         payload["label_comparison"] = result.labels.to_dict(orient="records")
-    payload = {section: [T.keyed_record(r, groups, **_FIXED_KEYS.get(section, {})) for r in records]
+    payload = {section: [T.keyed_record(r, groups, **fixed.get(section, {})) for r in records]
                for section, records in payload.items()}
     path = analysis_dir / "regressions.json"
     # NaN is not JSON: write null.
@@ -256,7 +260,7 @@ def _wandb_summary(result: AnalysisResult) -> dict[str, Any]:
         "n_cells_failed": counts[STATUS_FAILED],
         "n_cells_incomplete": counts[STATUS_INCOMPLETE],
     }
-    out["n_cells_judge_failed"] = len(T.failed_judges(result.data.cells))
+    out["n_cells_judge_failed"] = len(competence_report.failed_judges(result.data.cells))
     for f in result.unit_fits:
         if not f.ok:
             continue
@@ -314,13 +318,13 @@ def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequ
     """The result: the estimates, the design, the figures its report items show and every item's table."""
     design = R.design_of(data, est.units, est.diffs, est.trends)
     plots = make_plots(data.cells, est.units, est.unit_fits, out / ANALYSIS_SUBDIR, est.diffs,
-                       only=R.plot_stems(design))
+                       only=R.plot_stems(design), extra=R.measurement_plots())
     result = AnalysisResult(
         out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, units=est.units,
         diffs=est.diffs, points=est.points, unit_fits=est.unit_fits, robustness_fits=est.robustness_fits,
-        interactions=est.interactions, familiarity_fits=F.fit_familiarity(data.items), tables={}, plots=plots,
+        interactions=est.interactions, tables={}, plots=plots,
         recognition_tasks=tuple(recognition_tasks), specificity=est.specificity, trends=est.trends,
-        specificity_margin=est.specificity_margin, fam_units=F.likelihood_units(data.items),
+        specificity_margin=est.specificity_margin,
         labels=label_vs_reference(data.items) if design.label_pairs else pd.DataFrame(columns=LABEL_COLUMNS),
         design=design, resampled=est.resampled,
     )
@@ -336,8 +340,8 @@ def _meta_lines(result: AnalysisResult, dirs: Sequence[Path]) -> list[str]:
         "Cells: " + _count_line(data, _problem_counts(data)),
         *(_fit_sentences(result) if result.shows("regression_units") else []),
     ]
-    if not T.failed_judges(data.cells).empty:
-        meta.append(_judge_text(data.cells))
+    if not competence_report.failed_judges(data.cells).empty:
+        meta.append(competence_report.judge_text(data.cells))
     if _incomplete_text(result):
         meta.append(_incomplete_text(result))
     return meta

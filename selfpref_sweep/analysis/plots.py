@@ -27,7 +27,7 @@ from .fit import GROUPINGS, FitResult, confidence_band  # noqa: E402
 from .tables import DASH, fmt, fmt_ci  # noqa: E402
 
 _MARKERS = ("o", "s", "^", "D", "v", "P")
-_DPI = 110
+DPI = 110
 
 
 @dataclass
@@ -36,7 +36,7 @@ class PlotFile:
     path: Path
 
 
-def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+def grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = max(1, min(max_cols, n))
     return int(math.ceil(n / cols)), cols
 
@@ -48,12 +48,12 @@ def _colours(tasks: Sequence[str]) -> dict[str, tuple]:
     return {t: cmap(i % 10) for i, t in enumerate(ordered)}
 
 
-def _empty_figure(path: Path, message: str) -> None:
+def empty_figure(path: Path, message: str) -> None:
     fig = Figure(figsize=(6, 3))
     ax = fig.add_subplot(1, 1, 1)
     ax.axis("off")
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
-    fig.savefig(path, dpi=_DPI)
+    fig.savefig(path, dpi=DPI)
 
 
 def _fit_label(fit: FitResult) -> str:
@@ -80,11 +80,11 @@ def scatter_plot(units: pd.DataFrame, fits: Sequence[FitResult], path: Path) -> 
              "sources)\nOLS fit with its 95% CI band")
     usable = units.dropna(subset=["rec_paper_mean", "pref_paper_mean"]) if not units.empty else units
     if usable.empty:
-        _empty_figure(path, "No paper unit has both a recognition and a preference mean:\nnothing to plot.")
+        empty_figure(path, "No paper unit has both a recognition and a preference mean:\nnothing to plot.")
         return PlotFile(title, path)
     headline = {f.group: f for f in fits if f.group_by == GROUPINGS[0][0] and f.scale == "paper"}
     facets = sorted(usable.groupby(["setting", "label"]).groups.keys())
-    rows, cols = _grid(len(facets))
+    rows, cols = grid(len(facets))
     fig = Figure(figsize=(max(4.8 * cols, 7.5), 4.3 * rows + 1.4), layout="constrained")
     colours = _colours(usable["finetune_task"].fillna("none").astype(str))
     datasets = sorted(usable["dataset"].astype(str).unique())
@@ -119,7 +119,7 @@ def scatter_plot(units: pd.DataFrame, fits: Sequence[FitResult], path: Path) -> 
     handles += [Line2D([], [], marker=markers[d], ls="", color="0.3", label=f"dataset={d}") for d in datasets]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)), fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=_DPI)
+    fig.savefig(path, dpi=DPI)
     return PlotFile(title, path)
 
 
@@ -129,7 +129,7 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     title = f"Self-{metric}: evaluator × source (cell means)"
     usable = cells.dropna(subset=[f"{prefix}_mean"]) if not cells.empty else cells
     if usable.empty:
-        _empty_figure(path, f"No complete cell has a {metric} mean: nothing to plot.")
+        empty_figure(path, f"No complete cell has a {metric} mean: nothing to plot.")
         return PlotFile(title, path)
     keys = ["dataset", "setting", "label", "evaluator_variant", "source"]
     usable = usable.copy()
@@ -137,7 +137,7 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     facets = sorted(usable.groupby(["dataset", "setting", "label"]).groups.keys())
     n_rows_max = max(usable.groupby(["dataset", "setting", "label"])["evaluator_variant"].nunique())
     n_cols_max = max(usable.groupby(["dataset", "setting", "label"])["source"].nunique())
-    rows, cols = _grid(len(facets), max_cols=2)
+    rows, cols = grid(len(facets), max_cols=2)
     fig = Figure(
         figsize=(cols * (2.8 + 1.0 * n_cols_max), rows * (1.6 + 0.45 * n_rows_max) + 0.6), layout="constrained"
     )
@@ -169,7 +169,7 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     if image is not None:
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label=f"mean self-{metric}")
     fig.suptitle(title, fontsize=11)
-    fig.savefig(path, dpi=_DPI)
+    fig.savefig(path, dpi=DPI)
     return PlotFile(title, path)
 
 
@@ -181,12 +181,12 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
     title = f"Fine-tuned minus base model on the same items ({scale_name}), 95% article-clustered CIs"
     usable = diffs.dropna(subset=[f"drec_{scale}_mean", f"dpref_{scale}_mean"]) if not diffs.empty else diffs
     if usable.empty:
-        _empty_figure(path, "No fine-tuned evaluator shares items with its base model: nothing to plot.")
+        empty_figure(path, "No fine-tuned evaluator shares items with its base model: nothing to plot.")
         return PlotFile(title, path)
     facets = list(dict.fromkeys(zip(usable["dataset"], usable["setting"], usable["label"])))
     n_max = max(len(usable[(usable["dataset"] == d) & (usable["setting"] == s) & (usable["label"] == lab)])
                 for d, s, lab in facets)
-    rows, cols = _grid(len(facets), max_cols=2)
+    rows, cols = grid(len(facets), max_cols=2)
     fig = Figure(figsize=(6.4 * cols, rows * (1.2 + 0.42 * n_max) + 0.9), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel()[len(facets):]:
@@ -205,12 +205,13 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
     handles = [Line2D([], [], marker="o", ls="", color=c, label=f"Δ {n}") for n, c, _ in styles.values()]
     fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=_DPI)
+    fig.savefig(path, dpi=DPI)
     return PlotFile(title, path)
 
 
 def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path,
-               diffs: pd.DataFrame | None = None, only: Optional[Collection[str]] = None) -> list[PlotFile]:
+               diffs: pd.DataFrame | None = None, only: Optional[Collection[str]] = None,
+               extra: Optional[dict[str, Callable[[pd.DataFrame, Path], PlotFile]]] = None) -> list[PlotFile]:
     """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them); ``only``: the stems of the
     figures the report shows (report_items.plot_stems), the rest not drawn and an earlier run's copy removed."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -221,7 +222,8 @@ def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[Fit
     }
     if diffs is not None and not diffs.empty:
         figures["finetune_vs_base"] = lambda p: finetune_vs_base_plot(diffs, p)
-    figures[RELIABILITY_STEM] = lambda p: reliability_plot(cells, p)
+    for stem, draw in (extra or {}).items():  # a measurement's figures (its report module's PLOTS)
+        figures[stem] = lambda p, draw=draw: draw(cells, p)
     plots = []
     for stem, draw in figures.items():
         path = out_dir / f"{stem}.png"
@@ -230,45 +232,3 @@ def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[Fit
         else:  # a stale figure of another design would sit beside the report as if it were this sweep's
             path.unlink(missing_ok=True)
     return plots
-
-
-RELIABILITY_STEM = "recognition_reliability"
-
-
-def reliability_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
-    """Reliability of the judge's recognition probabilities (recognition read as a classifier): one panel per
-    evaluator variant × setting, one line per cell (source · dataset · label) through its non-empty bins, each
-    point sized by its readings; the diagonal is perfect calibration. Pairwise cells read P(answer "1") against
-    "own is in position 1", individual cells P(Yes) against "the summary is own"."""
-    from .classifier import reliability_points
-
-    title = "Recognition as a classifier: reliability of its probabilities (per cell)"
-    usable = cells[cells["rc_reliability"].map(lambda b: bool(reliability_points(b)[2].sum()))] \
-        if not cells.empty and "rc_reliability" in cells else cells.iloc[0:0]
-    if usable.empty:
-        _empty_figure(path, "No cell recorded reliability bins for recognition: nothing to plot.")
-        return PlotFile(title, path)
-    facets = sorted(usable.groupby(["evaluator_variant", "setting"]).groups.keys())
-    rows, cols = _grid(len(facets), max_cols=3)
-    fig = Figure(figsize=(4.2 * cols, 4.0 * rows + 0.8), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax in axes.ravel()[len(facets):]:
-        ax.axis("off")
-    for ax, (variant, setting) in zip(axes.ravel(), facets):
-        sub = usable[(usable["evaluator_variant"] == variant) & (usable["setting"] == setting)]
-        ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", zorder=0)
-        for i, c in enumerate(sub.itertuples()):
-            x, y, n = reliability_points(c.rc_reliability)
-            colour = matplotlib.colormaps["tab10"](i % 10)
-            ax.plot(x, y, color=colour, lw=1.0, label=f"{c.source} · {c.dataset} · {c.label} (ECE {fmt(c.rc_ece, 2)})")
-            ax.scatter(x, y, s=12 + 60 * n / max(1, n.max()), color=colour, zorder=3)
-        ax.set_xlim(0, 1)
-        ax.set_ylim(-0.02, 1.02)
-        predicted = "P(answer '1')" if setting == "pairwise" else "P(Yes)"
-        ax.set_xlabel(f"mean predicted {predicted}", fontsize=8)
-        ax.set_ylabel("observed frequency" + (" (own first)" if setting == "pairwise" else " (own)"), fontsize=8)
-        ax.set_title(f"{variant} · {setting}", fontsize=9)
-        ax.legend(fontsize=6, loc="upper left", frameon=False)
-    fig.suptitle(title, fontsize=10)
-    fig.savefig(path, dpi=_DPI)
-    return PlotFile(title, path)

@@ -12,10 +12,11 @@ import html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
+from .fit import MIN_POINTS
 from .plots import PlotFile
 from .tables import DASH, to_markdown
 
@@ -141,3 +142,73 @@ def write_report(out_dir: Path, title: str, meta: Sequence[str], sections: Seque
     md_path.write_text(render_markdown(title, meta, sections, out_dir, summary), encoding="utf-8")
     html_path.write_text(render_html(title, meta, sections, summary), encoding="utf-8")
     return md_path, html_path
+
+
+# --- the report's items: what each section shows, from what, and where it goes ---------------------------------
+
+# pipeline.AnalysisResult, which the items read. Not imported, even for type checking: pipeline imports the
+# item lists, and the package keeps no import cycle (tests/test_architecture.py).
+AnalysisResult = Any
+
+# to_wandb: where an item's table goes besides the report. A run table is logged to the W&B summary run as a
+# wandb.Table; a report table also goes into the W&B report (its markdown and a table panel).
+NOT_LOGGED, RUN_TABLE, REPORT_TABLE = "", "table", "report"
+
+
+@dataclass(frozen=True)
+class Design:
+    """What a sweep's cells can support, read off the loaded cells and items (not off the fits' outcomes)."""
+
+    label_pairs: bool  # some item judged under 2+ label conditions: the source-label experiment
+    max_condition_units: int  # the most paper units (evaluator variant × dataset) in one setting × label
+    finetuned: bool  # some complete cell's evaluator is fine-tuned
+    diffs: bool  # fine-tuned-vs-base rows exist
+    trends: bool  # the recognition arms give a dose trend
+    logodds_cells: bool  # some cell's summary has log-odds means
+    per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
+    measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
+
+    @property
+    def headline(self) -> bool:
+        # Outside a label comparison an unfitted headline row is itself the finding (cells failed, too few
+        # evaluators), so it stays; a label comparison with fewer paper units per condition than a line needs
+        # was never a regression design, and its rows would all be dashes.
+        return not self.label_pairs or self.max_condition_units >= MIN_POINTS
+
+    @property
+    def finetune_tests(self) -> bool:
+        # The same reasoning for the specificity and interaction tests, which need fine-tuned evaluators.
+        return not self.label_pairs or self.finetuned
+
+
+Prose = Union[str, Callable[[AnalysisResult], str]]
+
+
+def _always(design: Design) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class ReportItem:
+    """One section of the report: its ``name`` (the key of its display table, and the W&B table's name), its
+    ``section`` heading, its ``prose`` (a string, or a function of the result), the ``builder`` that makes its
+    table from the result (None: no table), the ``plots`` it shows (PNG stems of plots.make_plots), a design check
+    ``applies`` (the section is shown only where the sweep's design supports it) and ``to_wandb`` (whether its
+    table is logged to the W&B run, and whether it also goes into the W&B report). A measurement's item may name
+    the core item it follows (``after``); else it goes with the other measurements' items."""
+
+    name: str
+    section: str
+    prose: Prose = ""
+    builder: Optional[Callable[[AnalysisResult], Optional[pd.DataFrame]]] = None
+    plots: tuple[str, ...] = ()
+    applies: Callable[[Design], bool] = _always
+    to_wandb: str = RUN_TABLE
+    level: int = 2
+    after: str = ""
+
+    def render(self, result: AnalysisResult) -> Section:
+        text = self.prose(result) if callable(self.prose) else self.prose
+        table = result.tables.get(self.name) if self.builder is not None else None
+        by_stem = {p.path.stem: p for p in result.plots}
+        return Section(self.section, text, table, [by_stem[s] for s in self.plots if s in by_stem], self.level)

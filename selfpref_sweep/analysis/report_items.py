@@ -1,68 +1,59 @@
 """The report as a declarative list of items: what each section shows, from what, and where it goes.
 
-Every section of report.md / report.html is one ``ReportItem``: its ``name`` (the key of its display table in
-``AnalysisResult.tables``, and the W&B table's name), its ``section`` heading, its ``prose`` (a string, or a
-function of the result), the ``builder`` that makes its table from the result, the ``plots`` it shows (PNG
-stems of plots.make_plots), a design check ``applies`` (``Design`` -> bool: the section is shown only where
-the sweep's design supports it) and ``to_wandb`` (whether its table is logged to the W&B run, and whether it
-also goes into the W&B report). ``REPORT_ITEMS`` lists them in report order; pipeline.run_analysis renders the
-ones that apply. Adding a section is adding an item here (and, for a new kind of number, its estimate in
-estimates.py or pipeline._analyse and its display table in tables.py).
+Every section of report.md / report.html is one ``ReportItem`` (report.py): its name, heading, prose, the builder
+of its table, its plots, when it applies and where its table goes in W&B. ``CORE_ITEMS`` lists the sections of
+the cell's own two questions and the analysis across cells, in report order; each measurement adds its own from
+its report module (``Measurement.report_module``, e.g. measurements/familiarity/familiarity_report.py), after the
+core item it names or else together before the per-cell matrices. ``report_items()`` is the whole list, which
+pipeline.run_analysis renders where the items apply.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+import importlib
+import sys
+from types import ModuleType
+from typing import Any, Optional, Sequence
 
 import pandas as pd
 
-from . import classifier as C
-from . import familiarity_report as F
+from ..measurements import Measurement, registered
 from . import judge_controls as J
-from . import question_sensitivity as Q
 from . import sources as S
 from . import tables as T
-from .fit import BY_CONDITION, MIN_POINTS
+from .fit import BY_CONDITION
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
 from .paired import LABEL_REFERENCE, has_label_pairs
-from .report import Section
+from .report import NOT_LOGGED, REPORT_TABLE, RUN_TABLE, AnalysisResult, Design, ReportItem, Section
 
-# pipeline.AnalysisResult, which holds the items' tables. Not imported, even for type checking: pipeline imports
-# this module, and the package keeps no import cycle (tests/test_architecture.py).
-AnalysisResult = Any
+__all__ = ["AnalysisResult", "Design", "ReportItem", "NOT_LOGGED", "REPORT_TABLE", "RUN_TABLE", "report_items"]
 
-# to_wandb: where an item's table goes besides the report. A run table is logged to the W&B summary run as a
-# wandb.Table; a report table also goes into the W&B report (its markdown and a table panel).
-NOT_LOGGED, RUN_TABLE, REPORT_TABLE = "", "table", "report"
+# Where the measurements' items go when they name no core item to follow: after the last of these present.
+MEASUREMENTS_AFTER = "per_source"
 
 
-@dataclass(frozen=True)
-class Design:
-    """What a sweep's cells can support, read off the loaded cells and items (not off the fits' outcomes)."""
+def report_module(m: Measurement) -> Optional[ModuleType]:
+    """A measurement's report side, imported when the analysis first asks (the cell never loads it)."""
+    if not m.report_module:
+        return None
+    return importlib.import_module(m.report_module, sys.modules[type(m).__module__].__package__)
 
-    label_pairs: bool  # some item judged under 2+ label conditions: the source-label experiment
-    max_condition_units: int  # the most paper units (evaluator variant × dataset) in one setting × label
-    finetuned: bool  # some complete cell's evaluator is fine-tuned
-    diffs: bool  # fine-tuned-vs-base rows exist
-    trends: bool  # the recognition arms give a dose trend
-    familiarity: bool  # some cell recorded the likelihood recognizer
-    logodds_cells: bool  # some cell's summary has log-odds means
-    classifiers: bool = False  # some cell recorded recognition as a classifier or the surface baseline
-    per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
-    controls: bool = False  # some cell ran the placebo question or the recognition classifier
 
-    @property
-    def headline(self) -> bool:
-        # Outside a label comparison an unfitted headline row is itself the finding (cells failed, too few
-        # evaluators), so it stays; a label comparison with fewer paper units per condition than a line needs
-        # was never a regression design, and its rows would all be dashes.
-        return not self.label_pairs or self.max_condition_units >= MIN_POINTS
+def measurement_reports() -> list[tuple[Measurement, ModuleType]]:
+    return [(m, mod) for m in registered() if (mod := report_module(m)) is not None]
 
-    @property
-    def finetune_tests(self) -> bool:
-        # The same reasoning for the specificity and interaction tests, which need fine-tuned evaluators.
-        return not self.label_pairs or self.finetuned
+
+def measurement_plots() -> dict[str, Any]:
+    """Every measurement's figures: stem -> draw(cells, path)."""
+    return {stem: draw for _, mod in measurement_reports() for stem, draw in getattr(mod, "PLOTS", {}).items()}
+
+
+def recorded(m: Measurement, mod: Optional[ModuleType], cells: pd.DataFrame) -> bool:
+    """Some cell recorded the measurement: the report module's own test, else its `<prefix>_enabled` column."""
+    if mod is not None and hasattr(mod, "recorded"):
+        return bool(mod.recorded(cells))
+    column = f"{m.prefix}_enabled"
+    return bool(not cells.empty and column in cells and cells[column].map(lambda v: v is True).any())
 
 
 def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any]) -> Design:
@@ -72,39 +63,11 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
         label_pairs=has_label_pairs(data.items),
         max_condition_units=int(per_condition.max()) if len(per_condition) else 0,
         finetuned=bool(not units.empty and units["is_finetuned"].astype(bool).any()),
-        diffs=not diffs.empty, trends=bool(trends), familiarity=F.has_familiarity(cells),
+        diffs=not diffs.empty, trends=bool(trends),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
-        classifiers=C.has_classifiers(cells),
         per_source=S.has_sources(cells),
-        controls=J.has_controls(cells),
+        measured=frozenset(m.name for m in registered() if recorded(m, report_module(m), cells)),
     )
-
-
-Prose = Union[str, Callable[[AnalysisResult], str]]
-
-
-def _always(design: Design) -> bool:
-    return True
-
-
-@dataclass(frozen=True)
-class ReportItem:
-    """One section of the report (see the module's docstring)."""
-
-    name: str  # the table's key in AnalysisResult.tables (and the W&B table's name)
-    section: str  # the heading
-    prose: Prose = ""
-    builder: Optional[Callable[[AnalysisResult], Optional[pd.DataFrame]]] = None  # None: no table
-    plots: tuple[str, ...] = ()  # PNG stems (plots.make_plots) shown under the table
-    applies: Callable[[Design], bool] = _always
-    to_wandb: str = RUN_TABLE
-    level: int = 2
-
-    def render(self, result: AnalysisResult) -> Section:
-        text = self.prose(result) if callable(self.prose) else self.prose
-        table = result.tables.get(self.name) if self.builder is not None else None
-        by_stem = {p.path.stem: p for p in result.plots}
-        return Section(self.section, text, table, [by_stem[s] for s in self.plots if s in by_stem], self.level)
 
 
 # --- prose that depends on the result -------------------------------------------------------------------------
@@ -119,8 +82,10 @@ def problem_counts(data: SweepData) -> dict[str, int]:
 
 def incomplete_text(result: AnalysisResult) -> str:
     """The warning naming every unit whose cells do not all carry a field ("" when there is none)."""
-    return T.incomplete_units_text({"paper unit": result.units, "fine-tuned vs base": result.diffs,
-                                    "likelihood recognizer, paper unit": result.fam_units})
+    frames = {"paper unit": result.units, "fine-tuned vs base": result.diffs}
+    for _, mod in measurement_reports():  # a measurement's own per-unit frames
+        frames.update(mod.incomplete_frames(result) if hasattr(mod, "incomplete_frames") else {})
+    return T.incomplete_units_text(frames)
 
 
 def _problems_text(result: AnalysisResult) -> str:
@@ -133,18 +98,6 @@ def _problems_text(result: AnalysisResult) -> str:
         else "None: every cell directory has a complete summary.json and a readable results.jsonl."
     )
     return text + ("\n\n" + incomplete_text(result) if incomplete_text(result) else "")
-
-
-def judge_text(cells: pd.DataFrame) -> str:
-    failed = T.failed_judges(cells)
-    if failed.empty:
-        recorded = int(cells["jc_enabled"].map(lambda v: v is True).sum()) if not cells.empty else 0
-        return (f"No cell's judge failed the competence control ({recorded} cell(s) ran it)." if recorded
-                else "No cell recorded the judge-competence control.")
-    names = "; ".join(f"{c.cell_id} ({c.evaluator_variant} vs {c.source} on {c.dataset}, {c.setting}, "
-                      f"label {c.label})" for c in failed.itertuples())
-    return (f"{len(failed)} cell(s) whose judge failed the competence control: {T.JUDGE_FAILED}. "
-            f"Their results say nothing either way: {names}.")
 
 
 def _headline_text(result: AnalysisResult) -> str:
@@ -318,16 +271,6 @@ _TREND_TEXT = (
         "training itself; with 2 doses the line passes through both."
 )
 
-_QUALITY_TEXT = (
-            "What it means: a null result is informative only if the cell could have seen an effect. The smallest "
-            "detectable effect is the distance from 0.5 that the cell would detect with 80% power at α = 0.05, "
-            "given its article count and item spread; smaller true effects could not be seen. The judge-competence "
-            "control asks the judge a question it must answer right if it can compare two summaries at all "
-            "(which summary is of this article); mean P(correct) with its CI. A judge that fails it could not "
-            "do this task, and a null from it is uninformative."
-)
-
-
 _LABELS_TEXT = (
     "What it means: the source-label experiment changes only the preference prompt: the same evaluator judges "
     "the same items with each summary tagged by a source name (correctly, swapped or at random). Each label "
@@ -347,11 +290,9 @@ def _labels_table(result: AnalysisResult) -> Optional[pd.DataFrame]:
     return T.label_comparison_table(result.labels) if result.design.label_pairs else None
 
 
-REPORT_ITEMS: tuple[ReportItem, ...] = (
+CORE_ITEMS: tuple[ReportItem, ...] = (
     ReportItem("problems", "Failed, incomplete and partial cells", _problems_text,
                lambda r: T.problems_table(r.data.problems_df)),
-    ReportItem("failed_judges", "Judges that failed the competence control", lambda r: judge_text(r.data.cells),
-               lambda r: T.failed_judges_table(r.data.cells), to_wandb=NOT_LOGGED),
     # The source-label experiment's own comparison leads; the paper-unit points (level 3) follow either.
     ReportItem("label_comparison", "Label conditions on the same items", _LABELS_TEXT, _labels_table,
                applies=lambda d: d.label_pairs, to_wandb=REPORT_TABLE),
@@ -375,34 +316,10 @@ REPORT_ITEMS: tuple[ReportItem, ...] = (
                applies=lambda d: d.diffs),
     ReportItem("dose_trend", "Dose-response: the recognition arms' change over N", _TREND_TEXT,
                lambda r: T.trend_table(r.trends), applies=lambda d: d.diffs and d.trends, level=3),
-    ReportItem("familiarity", "Familiarity: a rival explanation",
-               lambda r: F.familiarity_note(r.data.cells, r.familiarity_fits),
-               lambda r: F.fits_table(r.familiarity_fits)),
-    ReportItem("familiarity_units", "The likelihood recognizer next to verbal recognition, per paper unit",
-               "Means over the unit's sources of the cell means, on the items scored in both questions that "
-               "carry familiarity (paper scale).", lambda r: F.likelihood_units_table(r.fam_units),
-               applies=lambda d: d.familiarity, level=3),
-    ReportItem("familiarity_cells", "The likelihood recognizer next to verbal recognition, per cell",
-                   "From summary.json: means with 95% article-level bootstrap CIs (verbal recognition over the "
-                   "cell's scored items; the own − other difference over the items with both summaries scored). "
-                   "The likelihood recognizer's accuracy is a proportion of those items (a tie counts ½), so it "
-                   "gets a Wilson interval, which is honest at 10 of 10 where a bootstrap gives [1, 1].",
-               lambda r: F.likelihood_cells_table(r.data.cells), applies=lambda d: d.familiarity, level=3),
     ReportItem(J.NAME, J.SECTION, J.TEXT, lambda r: J.judge_controls_table(r.data.cells),
-               applies=lambda d: d.controls, to_wandb=REPORT_TABLE),
-    ReportItem("authorship_baselines", "Verbal recognition next to authorship baselines",
-               lambda r: F.authorship_baselines_note(r.data.cells),
-               lambda r: F.authorship_baselines_table(r.data.cells)),
-    ReportItem(Q.NAME, Q.SECTION, Q.sensitivity_text, lambda r: Q.sensitivity_table(r.data)),
+               applies=J.applies, to_wandb=REPORT_TABLE),
     ReportItem(S.NAME, S.SECTION, lambda r: S.per_source_text(r.data.cells),
                lambda r: S.per_source_table(r.data.cells, r.data.items), applies=lambda d: d.per_source),
-    ReportItem("recognition_classifier", "Recognition as a classifier: accuracy per order, AUROC, calibration",
-               lambda r: C.classifier_note(r.data.cells), lambda r: C.classifier_table(r.data.cells),
-               plots=("recognition_reliability",), applies=lambda d: d.classifiers),
-    ReportItem("surface_baseline", "Authorship without asking a model", lambda r: C.surface_note(r.data.cells),
-               lambda r: C.surface_table(r.data.cells), applies=lambda d: d.classifiers),
-    ReportItem("quality", "Per cell: the smallest detectable effect and the judge-competence control",
-               _QUALITY_TEXT, lambda r: T.quality_table(r.data.cells)),
     ReportItem("heatmaps", "Evaluator × source heatmaps", plots=("heatmap_recognition", "heatmap_preference"),
                to_wandb=NOT_LOGGED),
     ReportItem("recognition_matrix", "Self-recognition by evaluator × source",
@@ -427,14 +344,36 @@ REPORT_ITEMS: tuple[ReportItem, ...] = (
 )
 
 
-def build_tables(result: AnalysisResult, items: Sequence[ReportItem] = REPORT_ITEMS) -> dict[str, pd.DataFrame]:
+def report_items() -> tuple[ReportItem, ...]:
+    """Every item in report order: the core items, each measurement's after the core item it names, the rest of
+    the measurements' (in registry order) after MEASUREMENTS_AFTER."""
+    items = list(CORE_ITEMS)
+    loose = []
+    for _, mod in measurement_reports():
+        for item in getattr(mod, "ITEMS", ()):
+            if item.after:
+                anchor = next(k for k, core in enumerate(items) if core.name == item.after)
+                items.insert(anchor + 1, item)
+            else:
+                loose.append(item)
+    anchor = next(k for k, core in enumerate(items) if core.name == MEASUREMENTS_AFTER)
+    items[anchor + 1:anchor + 1] = loose
+    names = [item.name for item in items]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two report items share a name: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    return tuple(items)
+
+
+def build_tables(result: AnalysisResult, items: Optional[Sequence[ReportItem]] = None) -> dict[str, pd.DataFrame]:
     """Every item's table, whether or not its section applies (the W&B run logs them as before); an item whose
     builder gives None (a comparison the design lacks) has none."""
+    items = report_items() if items is None else items
     built = {item.name: item.builder(result) for item in items if item.builder is not None}
     return {name: table for name, table in built.items() if table is not None}
 
 
-def applicable(result: AnalysisResult, items: Sequence[ReportItem] = REPORT_ITEMS) -> list[ReportItem]:
+def applicable(result: AnalysisResult, items: Optional[Sequence[ReportItem]] = None) -> list[ReportItem]:
+    items = report_items() if items is None else items
     return [item for item in items if item.applies(result.design)]
 
 
@@ -444,7 +383,7 @@ def sections(result: AnalysisResult) -> list[Section]:
 
 def wandb_tables(result: AnalysisResult) -> dict[str, pd.DataFrame]:
     """The tables the W&B run logs: those of the items marked for W&B."""
-    logged = {item.name for item in REPORT_ITEMS if item.to_wandb != NOT_LOGGED}
+    logged = {item.name for item in report_items() if item.to_wandb != NOT_LOGGED}
     return {name: table for name, table in result.tables.items() if name in logged}
 
 
@@ -455,4 +394,4 @@ def wandb_report_items(result: AnalysisResult) -> list[ReportItem]:
 
 def plot_stems(design: Design) -> set[str]:
     """The figures the applicable items show: the only ones plots.make_plots needs to draw."""
-    return {stem for item in REPORT_ITEMS if item.applies(design) for stem in item.plots}
+    return {stem for item in report_items() if item.applies(design) for stem in item.plots}

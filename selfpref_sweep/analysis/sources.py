@@ -20,7 +20,7 @@ import pandas as pd
 from scipy import stats
 
 from .paired import holm
-from .tables import DASH, FLAT_ARTICLES, _est_ci, fmt_int, fmt_p
+from .tables import DASH, FLAT_ARTICLES, est_ci, fmt_int, fmt_p
 
 NAME = "per_source"  # the table's key, and analysis/per_source.csv
 SECTION = "Per source: each other source on its own, Holm-adjusted"
@@ -117,8 +117,8 @@ def per_source_table(cells: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
     for _, r in per_source_frame(cells, items).iterrows():
         rows.append(dict(zip(cols, [
             f"{r['evaluator_variant']} / {r['setting']} / {r['dataset']}", r["question"], r["source"],
-            _est_ci(r["paper_mean"], r["paper_ci_low"], r["paper_ci_high"], FLAT_ARTICLES),
-            _est_ci(r["logodds_mean"], r["logodds_ci_low"], r["logodds_ci_high"], FLAT_ARTICLES),
+            est_ci(r["paper_mean"], r["paper_ci_low"], r["paper_ci_high"], FLAT_ARTICLES),
+            est_ci(r["logodds_mean"], r["logodds_ci_low"], r["logodds_ci_high"], FLAT_ARTICLES),
             fmt_int(r["n_articles"]), fmt_p(r["p"]), _holm_text(r), r["family"]])))
     return pd.DataFrame(rows, columns=cols)
 

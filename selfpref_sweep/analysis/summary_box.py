@@ -7,21 +7,20 @@ the headline slope's CI against 0), never a comparison of two point estimates.""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, List, Tuple
+from typing import List, Tuple
 
 import pandas as pd
 
+from ..measurements.competence import competence_report
 from .fit import MIN_POINTS
-from .tables import failed_judges, fmt, fmt_ci
-
-if TYPE_CHECKING:
-    from .pipeline import AnalysisResult
+from .report import AnalysisResult
+from .tables import fmt, fmt_ci
 
 MAX_CELLS_LISTED = 6  # up to this many cells, the headline lists each; beyond, it counts them
 QUESTIONS = (("recognition", "rec"), ("preference", "pref"))
 
 
-def summary_box(result: "AnalysisResult") -> List[Tuple[str, str]]:
+def summary_box(result: AnalysisResult) -> List[Tuple[str, str]]:
     """(heading, text) pairs, in reading order."""
     cells = result.data.cells
     if cells.empty:
@@ -51,7 +50,7 @@ def _side(low: float, high: float) -> str:
     return "above 0.5" if low > 0.5 else "below 0.5" if high < 0.5 else "includes 0.5"
 
 
-def _numbers(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+def _numbers(result: AnalysisResult, cells: pd.DataFrame) -> str:
     if len(cells) <= MAX_CELLS_LISTED:
         rows = []
         for _, c in cells.iterrows():
@@ -71,17 +70,17 @@ def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
     return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"])))
 
 
-def _headline_fit(result: "AnalysisResult") -> str:
+def _headline_fit(result: AnalysisResult) -> str:
     fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
     return " ".join(f"Preference on recognition over {f.n} paper units ({f.group}): slope {fmt(f.slope)} "
                     f"(95% CI {fmt_ci(f.slope_ci_low, f.slope_ci_high)})." for f in fits)
 
 
 def _controls(cells: pd.DataFrame) -> str:
-    ran = cells[cells["jc_passed"].map(lambda v: v is True or v is False)]
+    ran = competence_report.ran(cells)
     if ran.empty:
         return "The judge-competence control did not run (it is on by default for local judges)."
-    failed = failed_judges(cells)
+    failed = competence_report.failed_judges(cells)
     if failed.empty:
         return f"Judge competence passed in all {len(ran)} cell(s) that ran it."
     names = _values(failed, "evaluator_variant")
@@ -89,7 +88,7 @@ def _controls(cells: pd.DataFrame) -> str:
             f"(that judge could not tell an article's own summary from another article's).")
 
 
-def _can(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+def _can(result: AnalysisResult, cells: pd.DataFrame) -> str:
     out = []
     for q, p in QUESTIONS:
         above, below = _count(cells, p, "above 0.5"), _count(cells, p, "below 0.5")
@@ -107,16 +106,16 @@ def _can(result: "AnalysisResult", cells: pd.DataFrame) -> str:
                        f"(slope CI below 0).")
     if out:
         return " ".join(out)
-    if len(failed_judges(cells)) == len(cells):
+    if len(competence_report.failed_judges(cells)) == len(cells):
         return ("Nothing about self-recognition or self-preference: every cell's judge failed the competence "
                 "control, so its nulls are uninformative.")
     return ("No interval lies clear of 0.5: at this sweep's size no self-recognition or self-preference was "
             "detected, which is not evidence that there is none (see each cell's smallest detectable effect below).")
 
 
-def _cannot(result: "AnalysisResult", cells: pd.DataFrame) -> str:
+def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
     out = []
-    if not failed_judges(cells).empty:
+    if not competence_report.failed_judges(cells).empty:
         out.append("Where a judge failed the competence control, a null says nothing about that judge.")
     fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
     if not fits:

@@ -112,7 +112,7 @@ def _mean_ci(values: pd.Series) -> str:
     if v.size < 2:
         return f"{v.mean():.3f}"
     half = stats.t.ppf(1 - ALPHA / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
-    return _est_ci(v.mean(), v.mean() - half, v.mean() + half, "no interval: every cell has the same value")
+    return est_ci(v.mean(), v.mean() - half, v.mean() + half, "no interval: every cell has the same value")
 
 
 # --- regressions ---------------------------------------------------------------------------------
@@ -216,9 +216,9 @@ def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
                 "interaction: recognition × recognition_finetune": fmt(r.estimate),
                 "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
                 "p": fmt_p(r.p, why=r.no_interval),
-                "slope, control fine-tunes [95% CI]": _est_ci(
+                "slope, control fine-tunes [95% CI]": est_ci(
                     r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high, r.no_interval),
-                "slope, recognition fine-tunes [95% CI]": _est_ci(
+                "slope, recognition fine-tunes [95% CI]": est_ci(
                     r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high, r.no_interval),
                 "note": r.note,
             }
@@ -251,7 +251,7 @@ def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
             "p (shift = 0)": fmt_p(r.p, why=r.no_interval),
             "margin": fmt(r.margin),
             "equivalence p (TOST: |shift| < margin)": fmt_p(r.equivalence_p, why=r.no_interval),
-            "common slope [95% CI]": _est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
+            "common slope [95% CI]": est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
             "reading": r.verdict or DASH,
             "note": r.note,
             CALIBRATION_COL: calibration_label("specificity", r.level, r.method,
@@ -270,14 +270,14 @@ def trend_table(trends: Sequence[TrendResult]) -> pd.DataFrame:
             "slope per tenfold N [95% CI]", "p", "note"]
     return pd.DataFrame([dict(zip(cols, [
         t.setting, t.label, t.dataset, t.transfer, t.evaluator, SCALE_NAMES.get(t.scale, t.scale), t.question,
-        t.arms or DASH, _est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note])) for t in trends], columns=cols)
+        t.arms or DASH, est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note])) for t in trends], columns=cols)
 
 
 def trends_frame(trends: Sequence[TrendResult]) -> pd.DataFrame:
     return pd.DataFrame([t.to_dict() for t in trends])
 
 
-def _table(frame: pd.DataFrame, cols: Sequence[str], row: Any) -> pd.DataFrame:
+def rows_table(frame: pd.DataFrame, cols: Sequence[str], row: Any) -> pd.DataFrame:
     """A display table with one row per row of ``frame``: ``row(series)`` gives the values of ``cols``."""
     return pd.DataFrame([dict(zip(cols, row(r))) for _, r in frame.iterrows()], columns=list(cols))
 
@@ -287,10 +287,10 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
     cols = ["setting", "label", "dataset", "evaluator", "transfer", "sources", "n articles", "n items",
             "n items left out", "recognition [95% CI]", "preference [95% CI]", "recognition, log-odds [95% CI]",
             "preference, log-odds [95% CI]", "judge competence"]
-    return _table(units, cols, lambda u: [
+    return rows_table(units, cols, lambda u: [
         u["setting"], u["label"], u["dataset"], u["evaluator_variant"], u["transfer"], u["sources"],
         fmt_int(u["n_articles"]), fmt_int(u["n_items"]), fmt_int(u["n_items_excluded"]),
-        *(_est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"], FLAT_ARTICLES)
+        *(est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"], FLAT_ARTICLES)
           for s in ("paper", "logodds") for q in ("rec", "pref")),
         u["judge_competence"] or DASH,
     ])
@@ -310,14 +310,14 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
     def scale_cells(d: pd.Series, s: str) -> list[str]:
         out = []
         for q in ("rec", "pref"):
-            out += [_est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES),
+            out += [est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES),
                     f"{fmt_p(d.get(f'd{q}_{s}_p'))} ({fmt_p(d.get(f'd{q}_{s}_p_holm'))})"
                     if fmt_p(d.get(f"d{q}_{s}_p")) != DASH else DASH]
-        ratio = _est_ci(d.get(f"ratio_{s}"), d.get(f"ratio_{s}_ci_low"), d.get(f"ratio_{s}_ci_high"))
+        ratio = est_ci(d.get(f"ratio_{s}"), d.get(f"ratio_{s}_ci_low"), d.get(f"ratio_{s}_ci_high"))
         note = d.get(f"ratio_{s}_note")
         return out + [ratio if ratio != DASH else (note if isinstance(note, str) and note else DASH)]
 
-    return _table(diffs, cols, lambda d: [
+    return rows_table(diffs, cols, lambda d: [
         d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
@@ -336,18 +336,18 @@ def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
 
     def scale_cells(d: pd.Series, s: str) -> list[str]:
         p = fmt_p(d.get(f"dpref_{s}_p"))
-        return [*(_est_ci(d[f"{side}_{s}_mean"], d[f"{side}_{s}_ci_low"], d[f"{side}_{s}_ci_high"], FLAT_ARTICLES)
+        return [*(est_ci(d[f"{side}_{s}_mean"], d[f"{side}_{s}_ci_low"], d[f"{side}_{s}_ci_high"], FLAT_ARTICLES)
                   for side in ("pref", "pref_ref", "dpref")),
                 f"{p} ({fmt_p(d.get(f'dpref_{s}_p_holm'))})" if p != DASH else DASH]
 
-    return _table(labels, cols, lambda d: [
+    return rows_table(labels, cols, lambda d: [
         d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], d["sources"] or DASH,
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
     ])
 
 
-def _est_ci(est: float, lo: float, hi: float, why: str = "") -> str:
+def est_ci(est: float, lo: float, hi: float, why: str = "") -> str:
     """"estimate [lo, hi]"; where there is no interval, "estimate —" or "estimate (why)"."""
     if fmt(est) == DASH:
         return DASH
@@ -370,7 +370,7 @@ def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
         return pd.DataFrame(columns=[*_ROW_KEYS, "(no complete cells)"])
     df = cells.copy()
     df["_entry"] = [
-        _est_ci(m, lo, hi, FLAT_ARTICLES)
+        est_ci(m, lo, hi, FLAT_ARTICLES)
         for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"])
     ]
     keys = [*_ROW_KEYS, "source"]
@@ -381,9 +381,6 @@ def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
     return table.rename(columns={"evaluator_variant": "evaluator"})
 
 
-JUDGE_FAILED = "the judge could not do this task; a null here is uninformative"
-
-
 def mde_sentence(value: Any, n_articles: Any, scale: Any = "paper") -> str:
     """The smallest detectable effect in words, e.g. "with n=14 articles, effects smaller than ±0.040 could
     not be seen"."""
@@ -392,61 +389,6 @@ def mde_sentence(value: Any, n_articles: Any, scale: Any = "paper") -> str:
         return DASH if n == DASH else f"{DASH} (n={n} articles: too few to tell)"
     unit = "" if scale in (None, "paper") else f" ({SCALE_NAMES.get(scale, scale)} scale)"
     return f"with n={n} articles, effects smaller than ±{v}{unit} could not be seen"
-
-
-COMPETENCE_COLUMN = "judge competence [95% CI]"
-
-
-def competence_text(cell: pd.Series) -> str:
-    """The judge-competence control of one cell: its log-odds [CI] (the scale the pass rule reads) and its paper
-    scale [CI] (pairwise: P(correct); individual: P(Yes) for the true summary over both summaries' P(Yes)), with
-    n; an older cell without log-odds gives the paper scale alone; or why there is none."""
-    if cell.get("jc_enabled") is None:
-        return f"{DASH} (not recorded)"
-    if not cell.get("jc_enabled"):
-        return f"off ({cell.get('jc_reason')})" if cell.get("jc_reason") else "off"
-    paper = "paper scale " + _est_ci(cell["jc_mean"], cell["jc_ci_low"], cell["jc_ci_high"], FLAT_ARTICLES)
-    logodds = pd.to_numeric(pd.Series([cell.get("jc_logodds_mean")]), errors="coerce").iloc[0]
-    if math.isfinite(logodds):
-        ci = _est_ci(logodds, cell.get("jc_logodds_ci_low"), cell.get("jc_logodds_ci_high"), FLAT_ARTICLES)
-        paper = f"log-odds {ci}; {paper}"
-    return f"{paper} (n={fmt_int(cell['jc_n'])})"
-
-
-def judge_verdict(cell: pd.Series) -> str:
-    passed = cell.get("jc_passed")
-    if passed is True:
-        return "passed"
-    if passed is False:
-        return f"FAILED: {JUDGE_FAILED}"
-    return DASH
-
-
-def failed_judges(cells: pd.DataFrame) -> pd.DataFrame:
-    """Cells whose judge failed the competence control (the report names them)."""
-    if cells.empty:
-        return cells
-    return cells[cells["jc_passed"].map(lambda v: v is False)]
-
-
-def failed_judges_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells whose judge failed the competence control, with the control's result."""
-    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", COMPETENCE_COLUMN,
-            "threshold"]
-    return _table(failed_judges(cells), cols, lambda c: [
-        c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
-        competence_text(c), fmt(c["jc_threshold"])])
-
-
-def quality_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: the smallest detectable effect of each question and the judge-competence control."""
-    cols = ["cell", "evaluator", "source", "dataset", "setting", "label", "recognition: smallest detectable effect",
-            "preference: smallest detectable effect", COMPETENCE_COLUMN, "judge"]
-    return _table(cells, cols, lambda c: [
-        c["cell_id"], c["evaluator_variant"], c["source"], c["dataset"], c["setting"], c["label"],
-        mde_sentence(c["rec_mde"], c["rec_mde_n_articles"], c["rec_mde_scale"]),
-        mde_sentence(c["pref_mde"], c["pref_mde_n_articles"], c["pref_mde_scale"]),
-        competence_text(c), judge_verdict(c)])
 
 
 def position_consistency_table(cells: pd.DataFrame) -> pd.DataFrame:

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
+from ..measurements.competence.competence_columns import unit_status as competence_status
 from ..stats.clustered import cell_means_t, logit_interval
 
 # The unit's coordinates; setting and label come first because nothing is ever pooled across them.
@@ -157,17 +158,6 @@ def unit_means(kept: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, axis=1)
 
 
-def _competence_status(cells: pd.DataFrame) -> str:
-    """The judge-competence verdict of a unit's cells: "failed" if any failed, "passed" if all that ran
-    passed, "" when none recorded it."""
-    if cells.empty or "jc_passed" not in cells:
-        return ""
-    verdicts = [v for v in cells["jc_passed"] if isinstance(v, bool)]
-    if not verdicts:
-        return ""
-    return "failed" if not all(verdicts) else "passed"
-
-
 def missing_in(all_sub: pd.DataFrame, has_value: pd.Series) -> list[str]:
     """The cells of ``all_sub`` (all items of one unit) with no row where ``has_value`` holds, as
     "source=X (cell Y)"; [] when every cell has one, or when none has (a field the sweep never recorded, as the
@@ -242,7 +232,7 @@ def paper_units(
         row["n_items"] = int(len(sub))
         row["n_items_excluded"] = int(sum(int(dropped.get(c, 0)) for c in cell_ids))
         row["judge_competence"] = (
-            _competence_status(cells[cells["cell_id"].isin(cell_ids)]) if cells is not None and not cells.empty else ""
+            competence_status(cells[cells["cell_id"].isin(cell_ids)]) if cells is not None and not cells.empty else ""
         )
         mean = {k: float(v) for k, v in means.loc[key].items()} if key in means.index else {}
         missing = {}

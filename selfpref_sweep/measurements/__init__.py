@@ -1,13 +1,24 @@
 """Measurements beyond the cell's two questions, as plug-ins: each asks the judge something else about the
 cell's pairs (the judge-competence control, familiarity, ...) and records it beside the two questions.
 
-A measurement is one class with the interface below, named in `MEASUREMENTS` (name -> "module:Class",
-imported only when used; `$SELFPREF_MEASUREMENTS="name=module:Class,..."` adds entries). Every place that
-handles a measurement loops over the registry: the cell (its requests go to the judge in the cell's batch),
-plan mode (its calls are counted), the cell record (its item field and its summary.json block), the printed
-cell result, the analysis frames (its cell and item columns), the W&B item table and the item viewer.
+A measurement is one folder: its cell side is a class with the interface below (`<name>_cell.py`); its report
+side (`<name>_report.py`, named by the class's `report_module`) is what the analysis imports, and imports
+nothing of the cell's model stack (the folder's `__init__.py` imports nothing, so loading it does not either). The registry `MEASUREMENTS` names it (name -> "module:Class", imported only when used;
+`$SELFPREF_MEASUREMENTS="name=module:Class,..."` adds entries). Every place that handles a measurement loops over
+the registry: the cell (its requests go to the judge in the cell's batch), plan mode (its calls are counted), the
+cell record (its item field and its summary.json block), the printed cell result, the analysis frames (its cell
+and item columns), the W&B item table, the item viewer, and the report (its items, figures and data files).
 
-To add one, write a subclass in its own module, add one line to `MEASUREMENTS`, and read its settings with
+The report module may define:
+- `ITEMS`: its report items (analysis.report.ReportItem), each after the core item it names (`after`) or else
+  with the other measurements' items;
+- `PLOTS`: {figure stem: draw(cells, path) -> PlotFile}, the figures its items show;
+- `recorded(cells)`: whether some cell recorded it (default: its `<prefix>_enabled` column is true somewhere),
+  which the report's design reads as `name in design.measured`;
+- `data_files(result)` / `json_sections(result)`: its CSV files and regressions.json sections.
+Only the measurement's folder writes its column names; the rest of the analysis asks its report module.
+
+To add one, create its folder, add one line to `MEASUREMENTS`, and read its settings with
 `settings(spec.judge, name)`: a `judge.<name>` key of the typed schema, or else `judge.measurements.<name>`
 (an open block, so a new measurement needs no schema change: `+judge.measurements.<name>.mode=on`).
 """
@@ -29,11 +40,11 @@ if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run
 
 # name -> "module:Class"; order is the order of the printed result and of the analysis columns.
 MEASUREMENTS: Dict[str, str] = {
-    "competence": "selfpref_sweep.measurements.competence:CompetenceMeasurement",
-    "familiarity": "selfpref_sweep.measurements.familiarity:FamiliarityMeasurement",
-    "placebo": "selfpref_sweep.measurements.placebo:PlaceboMeasurement",
-    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier:RecognitionClassifierMeasurement",
-    "surface_baseline": "selfpref_sweep.measurements.surface_baseline:SurfaceBaselineMeasurement",
+    "competence": "selfpref_sweep.measurements.competence.competence_cell:CompetenceMeasurement",
+    "familiarity": "selfpref_sweep.measurements.familiarity.familiarity_cell:FamiliarityMeasurement",
+    "placebo": "selfpref_sweep.measurements.placebo.placebo_cell:PlaceboMeasurement",
+    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier.classifier_cell:RecognitionClassifierMeasurement",
+    "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_cell:SurfaceBaselineMeasurement",
 }
 ENV_VAR = "SELFPREF_MEASUREMENTS"
 
@@ -63,6 +74,7 @@ class Measurement(ABC):
     prefix: str
     brief = False  # its line is printed by default, not only with verbose=true (the judge-competence control)
     omit_missing: bool = False  # True: an article without a record gets no field (else the field is null)
+    report_module: str = ""  # its report side, beside the class's module (".familiarity_report"); "": none
 
     # --- the cell -------------------------------------------------------------------------------------
     @abstractmethod

@@ -2,7 +2,7 @@
 AUROC (or why there is none), and calibration (the expected calibration error with its reliability bins).
 
 Shared by the measurements that read authorship as a classification: the judge's recognition answers
-(recognition_classifier.py) and the surface-feature baseline (surface_baseline.py). Every function returns a
+(measurements/recognition_classifier) and the surface-feature baseline (measurements/surface_baseline). Every function returns a
 JSON-ready dict, so summary.json holds exactly what is computed here.
 """
 

@@ -28,15 +28,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..cell.judging import ItemRequests, pairwise_requests
-from ..cell.pairs import Pair
-from ..cell.scoring import article_mean, score_items
-from ..config import JudgeConfig, ModelConfig, SettingName, Switch
-from ..errors import ConfigError
-from ..finetune import labels as L
-from ..records.schema import Item, verdict_of
-from ..stats.classifier_metrics import wilson
-from . import CI_FIELDS, Measurement, Stage, block, estimate_text, number, numbers
+from ...cell.judging import ItemRequests, pairwise_requests
+from ...cell.pairs import Pair
+from ...cell.scoring import article_mean, score_items
+from ...config import JudgeConfig, ModelConfig, SettingName, Switch
+from ...errors import ConfigError
+from ...finetune import labels as L
+from ...records.schema import Item, verdict_of
+from ...stats.classifier_metrics import wilson
+from .. import CI_FIELDS, Measurement, Stage, block, estimate_text, number, numbers
 
 FIELD = "placebo"  # the item's and summary.json's key
 OWN, OTHER, TIE = "own", "other", "tie"  # which summary the placebo question's right answer names
@@ -71,7 +71,7 @@ def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping) 
     """(on?, why): judge.placebo, with auto on where the judge's calls cost nothing (the backend contract's
     costs_money, as the competence control) and where the prompt set has the question. An unknown question,
     or a missing prompt with judge.placebo=on, is a ConfigError."""
-    from ..models import backend_class
+    from ...models import backend_class
 
     mode, question = Switch(cfg.placebo), str(cfg.placebo_question)
     if mode == Switch.off:
@@ -296,6 +296,8 @@ def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
 class PlaceboMeasurement(Measurement):
     """The placebo question as a measurement plug-in: its requests join the cell's judge batch; per item its
     pairwise verdict with the truth, in summary.json accuracy and agreement with recognition."""
+
+    report_module = ".placebo_report"  # its report side (the analysis imports it)
 
     name = item_key = summary_key = FIELD
     prefix = "pl"

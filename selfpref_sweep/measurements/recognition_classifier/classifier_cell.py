@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import SettingName, Switch
-from ..records.schema import OrderReading, Verdict, verdict_of
-from ..stats.classifier_metrics import auroc, hit, proportion, reliability
-from . import Measurement, Stage, block, number, settings
+from ...config import SettingName, Switch
+from ...records.schema import OrderReading, Verdict, verdict_of
+from ...stats.classifier_metrics import auroc, hit, proportion, reliability
+from .. import Measurement, Stage, block, number, settings
 
 QUESTION = "recognition"
 NAME = "recognition_classifier"
@@ -143,6 +143,8 @@ def _proportion_columns(summary_block: Mapping[str, Any], key: str) -> Dict[str,
 class RecognitionClassifierMeasurement(Measurement):
     """Recognition as a classifier, as a measurement plug-in: no requests and no item records; its summary.json
     block is read off the cell's recognition verdicts (summarize_items)."""
+
+    report_module = ".classifier_report"  # its report side (the analysis imports it)
 
     name = summary_key = NAME
     item_key = NAME

@@ -1,6 +1,6 @@
-"""Question sensitivity: does the judge read the question?
+"""The placebo question's report side. Question sensitivity: does the judge read the question?
 
-Cells that asked the placebo question (selfpref_sweep/measurements/placebo.py: a third pairwise question on the cell's own
+Cells that asked the placebo question (placebo_cell.py: a third pairwise question on the cell's own
 pairs whose right answer is in the text and not about authorship, e.g. which summary has more words) record
 per item its log-odds of picking the own summary, in the same orientation as recognition and preference. Two
 comparisons are read from them, per cell and pooled per evaluator variant × setting × label (never across
@@ -26,10 +26,12 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from ..stats.clustered import too_few_clusters
-from .fit import ALPHA, MIN_POINTS, clustered_ols
-from .tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
-from .units import key_frame
+from .. import number
+from ...stats.clustered import too_few_clusters
+from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
+from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
+from ...analysis.report import ReportItem
+from ...analysis.units import key_frame
 
 NAME = "question_sensitivity"  # the report item's (and its table's) name
 SECTION = "Does the judge read the question? A placebo question"
@@ -238,3 +240,41 @@ def sensitivity_text(result: Any) -> str:
         outcome += (f" {len(missing)} cell(s) have {NO_PLACEBO} (" +
                     "; ".join(f"{n}: {why}" for why, n in reasons.items()) + ").")
     return _WHAT_TEXT + "\n\n" + outcome
+
+
+# --- the placebo in the judge-controls table --------------------------------------------------------------------
+
+
+def read(cell: pd.Series) -> Optional[bool]:
+    """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
+    answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
+    ½; False: it is not; None: no placebo measured."""
+    if _enabled(cell.get("pl_enabled")) is not True:
+        return None
+    low, chance = number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
+    if not math.isfinite(low):
+        low, chance = number(cell.get("pl_accuracy_ci_low")), 0.5
+    return bool(low > chance) if math.isfinite(low) else False
+
+
+def alike(cell: pd.Series) -> Optional[bool]:
+    """The cell's summary.json reading: the placebo follows recognition at least as often as preference does."""
+    return _enabled(cell.get("pl_alike"))
+
+
+def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:
+    """The judge-controls table's columns: the placebo's right answers, and its agreement with recognition next
+    to preference's."""
+    if cell.get("pl_enabled") is not True:
+        return not_run, not_run
+    accuracy = (f"log-odds {fmt(cell.get('pl_accuracy_logodds_mean'))} "
+                f"{fmt_ci(cell.get('pl_accuracy_logodds_ci_low'), cell.get('pl_accuracy_logodds_ci_high'))}; "
+                f"P(correct) {fmt(cell['pl_accuracy_mean'])}")
+    state = alike(cell)
+    agreement = (f"placebo {fmt(cell['pl_agree_recognition'])} vs preference "
+                 f"{fmt(cell['pl_pref_agree_recognition'])}")
+    word = "alike" if state else "apart" if state is False else "no link to explain"
+    return accuracy, f"{word} ({agreement})"
+
+
+ITEMS = (ReportItem(NAME, SECTION, sensitivity_text, lambda r: sensitivity_table(r.data)),)

@@ -22,14 +22,14 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..cell.dataset_loaders import Article, Dataset
-from ..cell.judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
-from ..cell.pairs import Pair
-from ..cell.scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
-from ..cell.summaries import HUMAN, SummarySet, dataset_summaries
-from ..config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
-from ..models.base import AnswerRequest
-from . import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
+from ...cell.dataset_loaders import Article, Dataset
+from ...cell.judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
+from ...cell.pairs import Pair
+from ...cell.scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
+from ...cell.summaries import HUMAN, SummarySet, dataset_summaries
+from ...config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
+from ...models.base import AnswerRequest
+from .. import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
 
 QUESTION = "competence"  # prompts.pairwise.competence / prompts.individual.competence, and the verdict's key
 NO_DISTRACTOR = "no_distractor"  # fewer than two articles with a summary: no other article to pair with
@@ -61,7 +61,7 @@ def competence_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, 
     """(on?, why): judge.competence, with auto on where the judge's calls cost nothing (the backend contract's
     costs_money for the judge's model config: a local judge, or a server its config marks `free: true`) and off
     where they may cost."""
-    from ..models import backend_class
+    from ...models import backend_class
 
     mode = CompetenceMode(cfg.competence)
     if mode != CompetenceMode.auto:
@@ -205,6 +205,8 @@ def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
 class CompetenceMeasurement(Measurement):
     """The control as a measurement plug-in: its requests join the cell's judge batch; per item its verdict
     (P(correct) per order, or P(Yes) per summary), in summary.json its pass/fail block."""
+
+    report_module = ".competence_report"  # its report side (the analysis imports it)
 
     name = QUESTION
     item_key = QUESTION

@@ -29,17 +29,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..cell.dataset_loaders import Article
-from ..cell.pairs import Pair
-from ..cell.scoring import article_mean
-from ..cell.summaries import generation_request
-from ..config import FamiliarityMode, JudgeConfig, ModelConfig
-from ..config.spec import reference_model_config, same_model_field
-from ..errors import ConfigError
-from ..models import backend_class, model_identity
-from ..models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
-from ..stats.classifier_metrics import proportion
-from . import CI_FIELDS, Measurement, Stage, block, interval_text, numbers
+from ...cell.dataset_loaders import Article
+from ...cell.pairs import Pair
+from ...cell.scoring import article_mean
+from ...cell.summaries import generation_request
+from ...config import FamiliarityMode, JudgeConfig, ModelConfig
+from ...config.spec import reference_model_config, same_model_field
+from ...errors import ConfigError
+from ...models import backend_class, model_identity
+from ...models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
+from ...stats.classifier_metrics import proportion
+from .. import CI_FIELDS, Measurement, Stage, block, interval_text, numbers
 
 FIELD = "familiarity"  # the item's and summary.json's key
 OWN, OTHER = "own", "other"
@@ -285,6 +285,8 @@ class FamiliarityMeasurement(Measurement):
     """The stage as a measurement plug-in: per item the judge's log-likelihood of each summary (and a reference
     model's, when named), in summary.json the mean difference, the likelihood recognizer and the self-specific
     difference."""
+
+    report_module = ".familiarity_report"  # its report side (the analysis imports it)
 
     name = item_key = summary_key = FIELD
     prefix = "fam"

@@ -29,10 +29,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ..stats.clustered import ClusteredOLS, too_few_clusters
-from .fit import ALPHA, clustered_ols, condition_groups
-from .tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
-from .units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in
+from ..recognition_classifier.classifier_report import ACCURACY_COLUMNS
+from ..surface_baseline.surface_report import SURFACE_COLUMNS
+from ...stats.clustered import ClusteredOLS, too_few_clusters
+from ...analysis.report import ReportItem
+from ...analysis.fit import ALPHA, LEVEL_ITEM, clustered_ols, condition_groups
+from ...analysis.tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
+from ...analysis.units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in
 
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
 
@@ -163,7 +166,7 @@ def likelihood_units(items: pd.DataFrame) -> pd.DataFrame:
     return units[cols]
 
 
-def has_familiarity(cells: pd.DataFrame) -> bool:
+def recorded(cells: pd.DataFrame) -> bool:
     return bool(not cells.empty and "fam_enabled" in cells and cells["fam_enabled"].map(lambda v: v is True).any())
 
 
@@ -184,7 +187,7 @@ def familiarity_note(cells: pd.DataFrame, fits: Sequence[FamiliarityFit]) -> str
         "recognition's coefficient falls toward 0 once familiarity is in, the link between recognition and "
         "preference is (partly) familiarity; if it stays, recognition predicts preference beyond it."
     )
-    if not has_familiarity(cells):
+    if not recorded(cells):
         reasons = sorted({r for r in cells.get("fam_reason", pd.Series(dtype=str)) if r}) if not cells.empty else []
         why = f" ({'; '.join(reasons)})" if reasons else " (an older sweep, or no complete cell)"
         return what + f"\n\nNo cell recorded familiarity{why}, so this section is empty."
@@ -214,7 +217,7 @@ def likelihood_cells_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per cell that ran the stage: verbal recognition next to the likelihood recognizer, both with CIs. The
     recognizer's accuracy is a proportion of the cell's items (one per article), so it gets a Wilson interval,
     which stays inside [0, 1] and is not zero-width at 10 of 10 as the bootstrap's [1, 1] was."""
-    if not has_familiarity(cells):
+    if not recorded(cells):
         return pd.DataFrame()
     on = cells[cells["fam_enabled"].map(lambda v: v is True)]
     return pd.DataFrame([{
@@ -247,10 +250,10 @@ NOT_MEASURED = "not measured"
 _BASELINE_COLUMNS = (
     ("verbal recognition (paper score)", "rec_mean", "rec_ci_low", "rec_ci_high"),
     ("verbal recognition (log-odds)", "rec_logodds_mean", "rec_logodds_ci_low", "rec_logodds_ci_high"),
-    ("verbal recognition (accuracy)", "rc_accuracy", "rc_accuracy_ci_low", "rc_accuracy_ci_high"),
+    ("verbal recognition (accuracy)", *ACCURACY_COLUMNS),
     ("likelihood recognizer (accuracy)", "fam_lr_mean", "fam_lr_ci_low", "fam_lr_ci_high"),
     ("self-specific familiarity", "fam_self_specific_mean", "fam_self_specific_ci_low", "fam_self_specific_ci_high"),
-    ("surface baseline (accuracy)", "sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high"),
+    ("surface baseline (accuracy)", *SURFACE_COLUMNS),
 )
 
 
@@ -286,11 +289,11 @@ def baseline_reading(row: Any) -> str:
     def est(mean: str, low: str, high: str) -> tuple:
         return _value(row, mean), _value(row, low), _value(row, high)
 
-    verbal = est("rc_accuracy", "rc_accuracy_ci_low", "rc_accuracy_ci_high")
+    verbal = est(*ACCURACY_COLUMNS)
     if math.isnan(verbal[0]):
         verbal = est("rec_mean", "rec_ci_low", "rec_ci_high")
     parts = []
-    for name, other in (("surface baseline", est("sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high")),
+    for name, other in (("surface baseline", est(*SURFACE_COLUMNS)),
                         ("likelihood recognizer", est("fam_lr_mean", "fam_lr_ci_low", "fam_lr_ci_high"))):
         if not any(math.isnan(v) for v in (*verbal, *other)):
             parts.append(f"verbal {_compare(verbal, other)} the {name}")
@@ -348,7 +351,7 @@ def _not_measured_note(cells: pd.DataFrame) -> str:
     if cells.empty:
         return "\n\nNo complete cell, so this section is empty."
     notes = []
-    for label, column in (("the surface baseline", "sb_accuracy"), ("the likelihood recognizer", "fam_lr_mean"),
+    for label, column in (("the surface baseline", SURFACE_COLUMNS[0]), ("the likelihood recognizer", "fam_lr_mean"),
                           ("a reference model's familiarity", "fam_self_specific_mean")):
         if column not in cells or not np.isfinite(cells[column].to_numpy(float)).any():
             notes.append(label)
@@ -358,3 +361,60 @@ def _not_measured_note(cells: pd.DataFrame) -> str:
         if "a reference model's familiarity" in notes else []
     why = f" Why no reference model: {'; '.join(reasons)}." if reasons else ""
     return f"\n\nNo cell measured {'; '.join(notes)}: those columns say 'not measured'.{why}"
+
+
+# --- what the analysis writes and shows -------------------------------------------------------------------------
+NAME = "familiarity"
+_last: dict[str, tuple[pd.DataFrame, Any]] = {}  # what -> (the items frame, its result): computed once per sweep
+
+
+def _once(what: str, items: pd.DataFrame, compute: Any) -> Any:
+    if what not in _last or _last[what][0] is not items:
+        _last[what] = (items, compute(items))
+    return _last[what][1]
+
+
+def fits_of(items: pd.DataFrame) -> list[FamiliarityFit]:
+    """The familiarity fits of these items (the note, the table and the data files share one fit)."""
+    return _once("fits", items, fit_familiarity)
+
+
+def units_of(items: pd.DataFrame) -> pd.DataFrame:
+    """The likelihood recognizer per paper unit (its table and the report's incomplete-units warning)."""
+    return _once("units", items, likelihood_units)
+
+
+ITEMS = (
+    ReportItem(NAME, "Familiarity: a rival explanation",
+               lambda r: familiarity_note(r.data.cells, fits_of(r.data.items)),
+               lambda r: fits_table(fits_of(r.data.items)), after="dose_trend"),
+    ReportItem("familiarity_units", "The likelihood recognizer next to verbal recognition, per paper unit",
+               "Means over the unit's sources of the cell means, on the items scored in both questions that "
+               "carry familiarity (paper scale).", lambda r: likelihood_units_table(units_of(r.data.items)),
+               applies=lambda d: NAME in d.measured, level=3, after=NAME),
+    ReportItem("familiarity_cells", "The likelihood recognizer next to verbal recognition, per cell",
+               "From summary.json: means with 95% article-level bootstrap CIs (verbal recognition over the "
+               "cell's scored items; the own − other difference over the items with both summaries scored). "
+               "The likelihood recognizer's accuracy is a proportion of those items (a tie counts ½), so it "
+               "gets a Wilson interval, which is honest at 10 of 10 where a bootstrap gives [1, 1].",
+               lambda r: likelihood_cells_table(r.data.cells), applies=lambda d: NAME in d.measured, level=3,
+               after="familiarity_units"),
+    ReportItem("authorship_baselines", "Verbal recognition next to authorship baselines",
+               lambda r: authorship_baselines_note(r.data.cells),
+               lambda r: authorship_baselines_table(r.data.cells)),
+)
+
+
+def data_files(result: Any) -> dict[str, tuple[pd.DataFrame, dict[str, str]]]:
+    """The analysis' CSV files of this measurement: name -> (frame, the keys its rows share)."""
+    return {"familiarity.csv": (fits_frame(fits_of(result.data.items)), {"level": LEVEL_ITEM})}
+
+
+def json_sections(result: Any) -> dict[str, tuple[list[dict[str, Any]], dict[str, str]]]:
+    """regressions.json's sections of this measurement: name -> (records, the keys its rows share)."""
+    return {"familiarity": ([f.to_dict() for f in fits_of(result.data.items)], {"level": LEVEL_ITEM})}
+
+
+def incomplete_frames(result: Any) -> dict[str, pd.DataFrame]:
+    """Per-unit frames whose incomplete units the report's warning names."""
+    return {"likelihood recognizer, paper unit": units_of(result.data.items)}

@@ -1,8 +1,7 @@
-"""A toy measurement plug-in, for the test that adding one touches only its module, one registry entry and its
-config: "which summary is longer?" on the cell's pairs, in both orders, with the longer summary in the "own"
-slot, so its score is the judge's P(correct).
+"""The toy measurement's cell side: "which summary is longer?" on the cell's pairs, in both orders, with the
+longer summary in the "own" slot, so its score is the judge's P(correct).
 
-Registered with SELFPREF_MEASUREMENTS="toy=tests.toy_measurement:ToyMeasurement"; configured with
+Registered with SELFPREF_MEASUREMENTS="toy=tests.toy_measurement.toy_cell:ToyMeasurement"; configured with
 `+judge.measurements.toy.mode=on`.
 """
 
@@ -22,6 +21,7 @@ QUESTION = "length"  # the paper's length prompt (prompts.pairwise.length)
 class ToyMeasurement(Measurement):
     name = item_key = summary_key = prefix = "toy"
     omit_missing = True
+    report_module = ".toy_report"
     cell_column_names = ("toy_mean", "toy_ci_low", "toy_ci_high")
     item_column_names = ("toy_score",)
 

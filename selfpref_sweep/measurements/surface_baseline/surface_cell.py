@@ -19,10 +19,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..cell.pairs import Pair
-from ..config import Switch
-from ..stats.classifier_metrics import auroc, hit, proportion
-from . import Measurement, Stage, block, number, settings
+from ...cell.pairs import Pair
+from ...config import Switch
+from ...stats.classifier_metrics import auroc, hit, proportion
+from .. import Measurement, Stage, block, number, settings
 
 NAME = "surface_baseline"
 TOO_FEW = "too few articles for k-fold"
@@ -45,7 +45,7 @@ _SENTENCE_END = re.compile(r"[.!?]+[\"'’”)\]]*(?=\s|$)")
 def surface_features(text: str) -> List[float]:
     """The summary's features, in the order of FEATURES."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-    from ..finetune.labels import reading_ease  # textstat with its dictionary offline (one home for it)
+    from ...finetune.labels import reading_ease  # textstat with its dictionary offline (one home for it)
 
     words = [w.lower() for w in _WORD.findall(text)]
     n_chars, n_words = len(text), max(1, len(words))
@@ -192,6 +192,8 @@ def format_baseline(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
 class SurfaceBaselineMeasurement(Measurement):
     """The baseline as a measurement plug-in: no judge calls; per item its held-out P(own), in summary.json the
     accuracy, AUROC and top coefficients."""
+
+    report_module = ".surface_report"  # its report side (the analysis imports it)
 
     name = item_key = summary_key = NAME
     prefix = "sb"

@@ -1,0 +1,61 @@
+"""The surface-feature baseline, the report side: per cell, authorship told without asking a model (a
+cross-validated logistic regression on surface features), beside the judge's own recognition accuracy, from the
+cell frame's sb_* columns.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from ...analysis.report import ReportItem
+from ...analysis.tables import DASH, fmt, fmt_int
+from ..recognition_classifier.classifier_report import (CELL_COLUMNS, CELL_HEADS, enabled_cells,
+                                                          recognition_accuracy, with_ci)
+
+NAME = "surface_baseline"
+# (mean, CI low, CI high) of the baseline's held-out accuracy, for the tables that set it beside others
+SURFACE_COLUMNS = ("sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high")
+
+
+def surface_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """Per cell that recorded the surface baseline (on or off): its held-out accuracy with the Wilson 95% CI,
+    AUROC, items, folds and leading features beside the judge's verbal recognition accuracy; a cell where it
+    did not run says why. None where no cell recorded it."""
+    recorded = cells[cells["sb_enabled"].map(lambda v: isinstance(v, (bool, np.bool_)))] if "sb_enabled" in cells \
+        else cells.iloc[0:0]
+    if recorded.empty:
+        return None
+    return pd.DataFrame([{
+        **{CELL_HEADS[k]: getattr(c, k) for k in CELL_COLUMNS},
+        "judge's recognition accuracy": fmt(recognition_accuracy(c)),
+        "surface baseline accuracy [95% CI]": with_ci(c.sb_accuracy, c.sb_accuracy_ci_low, c.sb_accuracy_ci_high),
+        "AUROC": fmt(c.sb_auroc), "items": fmt_int(c.sb_n), "folds": fmt_int(c.sb_folds),
+        "leading features (standardized coefficient)": c.sb_top_features or DASH,
+        "note": "" if not math.isnan(c.sb_accuracy) else c.sb_reason,
+    } for c in recorded.itertuples()])
+
+
+SURFACE_TEXT = (
+    "Can own summaries be told from other summaries without asking any model? A logistic regression on surface "
+    "features (length, sentence count, punctuation per character, digit and uppercase shares, type-token ratio, "
+    "stopword share, Flesch reading ease) of own − other, cross-validated with articles as groups "
+    "(GroupKFold, judge.surface_folds), gives per item a held-out P(own); its accuracy is the share of items "
+    "above ½ with a Wilson 95% interval. A judge whose recognition accuracy is no better than this baseline "
+    "needs no more than these features to 'recognize' itself. The leading features are the largest "
+    "standardized coefficients of a fit on every item (> 0: own has more of it).")
+
+
+def surface_note(cells: pd.DataFrame) -> str:
+    ran = int((enabled_cells(cells, "sb_enabled") & cells.get("sb_accuracy", pd.Series(dtype=float)).notna()).sum()) \
+        if not cells.empty else 0
+    return SURFACE_TEXT + (f" It ran in {ran} cell(s)." if ran else " It ran in no cell (the table says why).")
+
+
+ITEMS = (
+    ReportItem(NAME, "Authorship without asking a model", lambda r: surface_note(r.data.cells),
+               lambda r: surface_table(r.data.cells), applies=lambda d: NAME in d.measured),
+)
