@@ -386,9 +386,13 @@ def test_report_renders_from_a_small_fixture_sweep(tmp_path: Path) -> None:
     for title in ("Position consistency", "Exclusions", "Per fine-tune task", "Self-recognition by evaluator × source",
                   "Headline: self-preference on self-recognition at the paper", "The paper-unit points",
                   "Robustness: source-level and item-level fits", "clustered by article",
-                  "Recognition vs control fine-tunes: the interaction test", "recognition × recognition_finetune",
+                  "Recognition vs control fine-tunes: the interaction test",
                   "smallest detectable effect", "What it means:"):
         assert title in md and title in html
+    # No fine-tuned cell here: the interaction section says so in one line instead of a table of dashes.
+    interaction = md.split("## Recognition vs control fine-tunes")[1].split("\n## ")[0]
+    assert "**Too small for this table:** none of its" in interaction
+    assert "| recognition × recognition_finetune" not in interaction
     assert "0.550 [0.500, 0.600]" in md  # an evaluator × source entry with its CI
 
     # report.md links the PNGs relatively; report.html embeds them.

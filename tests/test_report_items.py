@@ -146,3 +146,18 @@ def test_every_report_table_builds_from_an_empty_frame_without_error() -> None:
 
     table = label_comparison_table(label_vs_reference(pd.DataFrame()))
     assert table.empty and "Δ preference [95% CI]" in table.columns
+
+
+def test_a_section_with_nothing_fitted_says_why_in_one_line() -> None:
+    from types import SimpleNamespace as NS
+
+    from selfpref_sweep.analysis.report import unfitted_line
+
+    assert unfitted_line([NS(ok=True, note=""), NS(ok=False, note="not enough cells (n=2)")]) == ""
+    line = unfitted_line([NS(ok=False, note="not enough cells (n=2)."), NS(ok=False, note="not enough cells (n=2)"),
+                          NS(ok=False, note="no fine-tuned points")])
+    assert line == ("**Too small for this table:** none of its 3 row(s) could be fitted (not enough cells (n=2); "
+                    "no fine-tuned points).")
+    many = unfitted_line([NS(ok=False, note=f"reason {i}") for i in range(5)])
+    assert "reason 0; reason 1; reason 2 (and 2 other reason(s))" in many
+    assert "nothing to fit" in unfitted_line([])

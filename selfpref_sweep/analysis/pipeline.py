@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from ..measurements.competence import competence_report
 from ..records.schema import ANALYSIS_ERROR_FILE
 from . import report_items as R
 from . import sources as S
@@ -33,8 +34,7 @@ from .items_view import ITEMS_HTML, write_items_html
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
 from .paired import LABEL_COLUMNS, TrendResult, label_vs_reference
 from .plots import PlotFile, make_plots
-from .report import write_report
-from ..measurements.competence import competence_report
+from .report import unfitted_line, write_report
 from .report_items import Design, incomplete_text as _incomplete_text
 from .report_items import problem_counts as _problem_counts
 from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
@@ -115,7 +115,9 @@ class AnalysisResult:
     def _headline_lines(self) -> list[str]:
         """The command's headline: the paper-unit fits, or the label comparison where the design has no fit."""
         out = []
-        if self.shows("regression_units"):
+        if self.shows("regression_units") and unfitted_line(self.unit_fits):
+            out += ["", "Headline: " + unfitted_line(self.unit_fits).replace("**", "")]
+        elif self.shows("regression_units"):
             out += ["", "Headline: the paper's unit (evaluator variant × dataset), OLS preference ~ recognition, "
                     "95% CIs:"]
             out.append(T.to_text(

@@ -206,9 +206,31 @@ class ReportItem:
     to_wandb: str = RUN_TABLE
     level: int = 2
     after: str = ""
+    # The fits behind the table (each with `ok` and `note`): where none was fitted, the section says why in one
+    # line instead of showing a table whose every number is a dash.
+    fitted: Optional[Callable[[AnalysisResult], Sequence[Any]]] = None
 
     def render(self, result: AnalysisResult) -> Section:
         text = self.prose(result) if callable(self.prose) else self.prose
         table = result.tables.get(self.name) if self.builder is not None else None
+        line = unfitted_line(self.fitted(result)) if self.fitted is not None else ""
+        if line:
+            text, table = (f"{text}\n\n{line}" if text else line), None
         by_stem = {p.path.stem: p for p in result.plots}
         return Section(self.section, text, table, [by_stem[s] for s in self.plots if s in by_stem], self.level)
+
+
+MAX_REASONS = 3  # an unfitted section names up to this many distinct reasons
+
+
+def unfitted_line(fits: Sequence[Any]) -> str:
+    """One line for a section none of whose fits was fitted ("" when one was): why, in the fits' own words."""
+    if any(getattr(f, "ok", False) for f in fits):
+        return ""
+    if not fits:
+        return "**Too small for this table:** this sweep has nothing to fit here."
+    reasons = list(dict.fromkeys(str(getattr(f, "note", "") or "").strip().rstrip(".") for f in fits))
+    reasons = [r for r in reasons if r]
+    more = f" (and {len(reasons) - MAX_REASONS} other reason(s))" if len(reasons) > MAX_REASONS else ""
+    why = "; ".join(reasons[:MAX_REASONS]) + more if reasons else "no group could be fitted"
+    return f"**Too small for this table:** none of its {len(fits)} row(s) could be fitted ({why})."

@@ -721,6 +721,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         spec = spec_from_args(args)
         counts = [int(x) for x in args.power_articles.split(",") if x.strip()]
+        if counts and args.power_reps < 1:
+            raise ValueError(f"--power-reps={args.power_reps} must be at least 1 (or --power-articles= for no "
+                             f"power curve)")
         write_sweep(spec, args.out)
     except (ValueError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -387,7 +387,8 @@ def units_of(items: pd.DataFrame) -> pd.DataFrame:
 ITEMS = (
     ReportItem(NAME, "Familiarity: a rival explanation",
                lambda r: familiarity_note(r.data.cells, fits_of(r.data.items)),
-               lambda r: fits_table(fits_of(r.data.items)), after="dose_trend"),
+               lambda r: fits_table(fits_of(r.data.items)), after="dose_trend",
+               fitted=lambda r: fits_of(r.data.items)),
     ReportItem("familiarity_units", "The likelihood recognizer next to verbal recognition, per paper unit",
                "Means over the unit's sources of the cell means, on the items scored in both questions that "
                "carry familiarity (paper scale).", lambda r: likelihood_units_table(units_of(r.data.items)),
