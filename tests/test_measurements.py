@@ -17,6 +17,7 @@ from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
 from tests.conftest import FAKE_EVALUATOR
+from tests.toy_measurement.toy_settings import ToySettings
 
 TOY = "toy=tests.toy_measurement.toy_cell:ToyMeasurement"  # the one registry entry
 ON = "+judge.measurements.toy.mode=on"  # its config
@@ -33,7 +34,7 @@ def test_the_registry_holds_the_built_ins_then_the_added_ones(toy):
 
 def test_the_toy_reaches_the_record_the_print_and_the_analysis(toy, compose_cfg, tmp_path, capsys):
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=4", ON, "verbose=true"])
-    assert settings(cfg.judge, "toy") == {"mode": "on"}
+    assert settings(cfg.judge, "toy") == ToySettings(mode="on", min_word_gap=1)  # its defaults filled in
     cell_dir = tmp_path / "sweep" / "0"
     summary = run_cell(resolve_cell(cfg), cell_dir)
     items = [json.loads(line) for line in (cell_dir / "results.jsonl").read_text().splitlines()]
@@ -86,3 +87,23 @@ def test_an_unknown_measurement_is_a_clear_error(monkeypatch):
         from selfpref_sweep.measurements import measurement
 
         measurement("nope")
+
+
+def test_the_toy_settings_are_checked_against_its_own_dataclass(toy, compose_cfg):
+    from selfpref_sweep.config.validation import validate_config
+    from selfpref_sweep.errors import ConfigError
+
+    validate_config(compose_cfg([*FAKE_EVALUATOR, ON, "+judge.measurements.toy.min_word_gap=3"]))
+    for override, says in (("+judge.measurements.toy.mode=maybe", "must be one of on, off"),
+                           ("+judge.measurements.toy.min_word_gap=-1", "an integer >= 0"),
+                           ("+judge.measurements.toy.min_gap=2", "Did you mean judge.measurements.toy.min_word_gap")):
+        with pytest.raises(ConfigError, match=says):
+            validate_config(compose_cfg([*FAKE_EVALUATOR, override]))
+
+
+def test_settings_of_an_unregistered_measurement_are_an_error(compose_cfg):
+    from selfpref_sweep.config.validation import validate_config
+    from selfpref_sweep.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="judge.measurements.toy names no registered measurement"):
+        validate_config(compose_cfg([*FAKE_EVALUATOR, ON]))

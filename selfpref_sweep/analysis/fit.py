@@ -40,7 +40,7 @@ from statsmodels.regression.linear_model import OLS
 from statsmodels.regression.mixed_linear_model import MixedLM
 from scipy import stats
 
-from ..config import SELF_RECOGNITION_TASKS
+from ..config import SELF_RECOGNITION_TASKS, SpecificityMargin
 from ..stats.clustered import ClusteredOLS, Estimate, too_few_clusters
 from .units import SCALES, key_frame
 
@@ -62,10 +62,10 @@ GROUPINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # task is a control.
 RECOGNITION_TASKS: tuple[str, ...] = tuple(t.value for t in SELF_RECOGNITION_TASKS)
 
-# The specificity test's equivalence margin per scale (conf/config.yaml analysis.specificity_margin, which
-# must agree: tests/test_specificity.py). Paper scale: 0.05, preference 0.50 -> 0.55 at matched recognition.
-# Log-odds: 0.2 = logit(0.55), the same shift for a judge without position bias (both orders alike).
-SPECIFICITY_MARGIN: dict[str, float] = {"paper": 0.05, "logodds": 0.2}
+# The specificity test's equivalence margin per scale: the defaults of analysis.specificity_margin, written once
+# in the config schema (config.SpecificityMargin). Paper scale: 0.05, preference 0.50 -> 0.55 at matched
+# recognition. Log-odds: 0.2 = logit(0.55), the same shift for a judge without position bias (both orders alike).
+SPECIFICITY_MARGIN: dict[str, float] = asdict(SpecificityMargin())
 
 # Levels and methods, as the tables show them.
 LEVEL_UNIT, LEVEL_SOURCE, LEVEL_ITEM = "paper unit", "source", "item"

@@ -7,136 +7,28 @@ unknown choice (`evaluator=gtp4`) and a misspelt key without `+`. Two things get
 * keys added with `+`: Hydra applies `+key=value` with OmegaConf's `force_add`, which lifts struct mode
   along the path, so `+judge.min_mass=0.2` lands in the typed `judge` node and is silently ignored.
 
-`validate_config` walks the composed config alongside the schema's dataclasses: every numeric field has a
-range (RANGES, or UNBOUNDED where any integer is fine, like seeds), a few strings have a closed set of
-values, and any key that a dataclass does not declare is rejected, naming the valid ones. Dict-typed
-fields (`label.display_names`, `prompts.pairwise`, ...) stay open: their keys are data.
+`validate_config` walks the composed config alongside the schema's dataclasses: every numeric field declares
+its range in its metadata where it is defined (schema_fields.py: `ranged`, or `unbounded` where any integer is
+fine, like seeds), a few strings a closed set of values (`one_of`), and any key that a dataclass does not declare
+is rejected, naming the valid ones. Dict-typed fields (`label.display_names`, `prompts.pairwise`, ...) stay
+open: their keys are data. `judge.measurements.<name>` blocks are checked against the named measurement's own
+settings dataclass (`Measurement.settings_class`), and a name no measurement is registered under is an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import re
 import typing
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError
-from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, FinetuneTaskConfig, JudgeConfig,
-               LoraHyperparameters, ModelConfig, ModelPoolConfig, OpenAIFinetuneConfig, SpecificityMargin,
-               SummariesConfig, WandbConfig, WeightsConfig, enum_value)
-
-MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit
-
-
-@dataclass(frozen=True)
-class Range:
-    """A closed or half-open interval of allowed numbers; None = unbounded on that side."""
-
-    low: Optional[float] = None
-    high: Optional[float] = None
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False  # for the wording only: the schema's type already enforces it
-
-    def contains(self, value: float) -> bool:
-        if isinstance(value, float) and math.isnan(value):
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            return False
-        return True
-
-    def describe(self) -> str:
-        kind = "an integer" if self.integer else "a number"
-        if self.low is not None and self.high is not None:
-            return (f"{kind} in {'(' if self.low_open else '['}{_num(self.low)}, "
-                    f"{_num(self.high)}{')' if self.high_open else ']'}")
-        if self.low is not None:
-            return f"{kind} {'>' if self.low_open else '>='} {_num(self.low)}"
-        if self.high is not None:
-            return f"{kind} {'<' if self.high_open else '<='} {_num(self.high)}"
-        return kind
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
-
-
-COUNT = Range(low=1, integer=True)  # how many of something: at least one
-NON_NEGATIVE_INT = Range(low=0, integer=True)  # offsets, retries, "0 = off" switches
-POSITIVE = Range(low=0, low_open=True)  # rates, seconds
-NON_NEGATIVE = Range(low=0)
-PROBABILITY = Range(low=0, high=1)
-OPEN_UNIT = Range(low=0, high=1, low_open=True, high_open=True)
-
-# (schema class, field) -> allowed range. A null is allowed exactly where the schema says Optional.
-RANGES: Dict[Tuple[type, str], Range] = {
-    (ModelConfig, "context_tokens"): COUNT,
-    (ModelConfig, "generate_batch"): COUNT,
-    (ModelConfig, "prefix_cache_mb"): NON_NEGATIVE,
-    (ModelConfig, "vllm_memory_fraction"): Range(low=0, high=1, low_open=True),
-    (ModelPoolConfig, "budget_gb"): NON_NEGATIVE,
-    (SpecificityMargin, "paper"): Range(low=0, high=0.5, low_open=True),  # a shift on a 0-1 scale around 0.5
-    (SpecificityMargin, "logodds"): POSITIVE,
-    (ModelConfig, "max_concurrency"): COUNT,
-    (ModelConfig, "top_logprobs"): Range(low=0, high=MAX_TOP_LOGPROBS, integer=True),
-    (ModelConfig, "timeout_s"): POSITIVE,
-    (ModelConfig, "batch_invariant_chunk"): Range(low=1, high=4096, integer=True),
-    (ModelConfig, "forward_tokens"): Range(low=1, high=2 ** 20, integer=True),
-    (ModelConfig, "max_retries"): NON_NEGATIVE_INT,
-    (ModelConfig, "retry_backoff_s"): NON_NEGATIVE,
-    (ModelConfig, "sample_fallback_k"): NON_NEGATIVE_INT,
-    (ModelConfig, "batch_poll_s"): POSITIVE,
-    (ModelConfig, "batch_poll_max_s"): POSITIVE,
-    (ModelConfig, "batch_wait_timeout_s"): POSITIVE,
-    (ModelConfig, "batch_max_requests"): Range(low=1, high=50000, integer=True),
-    (ModelConfig, "batch_price_factor"): NON_NEGATIVE,
-    (ModelConfig, "price_per_mtok_prompt"): NON_NEGATIVE,
-    (ModelConfig, "price_per_mtok_completion"): NON_NEGATIVE,
-    (ModelConfig, "price_per_mtok_training"): NON_NEGATIVE,
-    (DatasetConfig, "n_articles"): COUNT,
-    (DatasetConfig, "offset"): NON_NEGATIVE_INT,
-    (LoraHyperparameters, "r"): COUNT,
-    (LoraHyperparameters, "alpha"): COUNT,
-    (LoraHyperparameters, "dropout"): Range(low=0, high=1, high_open=True),
-    (OpenAIFinetuneConfig, "n_epochs"): COUNT,
-    (OpenAIFinetuneConfig, "batch_size"): COUNT,
-    (OpenAIFinetuneConfig, "learning_rate_multiplier"): POSITIVE,
-    (OpenAIFinetuneConfig, "poll_interval_s"): POSITIVE,
-    (OpenAIFinetuneConfig, "wait_timeout_s"): POSITIVE,
-    (FinetuneTaskConfig, "n_articles"): COUNT,
-    (FinetuneTaskConfig, "lr"): POSITIVE,
-    (FinetuneTaskConfig, "weight_decay"): NON_NEGATIVE,
-    (FinetuneTaskConfig, "epochs"): COUNT,
-    (FinetuneTaskConfig, "batch_size"): COUNT,
-    (FinetuneTaskConfig, "max_steps"): COUNT,
-    (SummariesConfig, "max_new_tokens"): COUNT,
-    (ArticlesConfig, "chars_per_token"): POSITIVE,
-    (ArticlesConfig, "max_tokens"): COUNT,
-    (JudgeConfig, "min_answer_mass"): PROBABILITY,
-    (JudgeConfig, "competence_sample"): NON_NEGATIVE_INT,
-    (JudgeConfig, "competence_threshold"): NON_NEGATIVE,  # log-odds of the right answer
-    (JudgeConfig, "competence_max_excluded"): PROBABILITY,
-    (JudgeConfig, "calibration_bins"): Range(low=2, high=100, integer=True),
-    (JudgeConfig, "surface_folds"): Range(low=2, high=50, integer=True),
-    (BootstrapConfig, "n_resamples"): COUNT,
-    (BootstrapConfig, "confidence"): OPEN_UNIT,
-}
-# Numeric fields where any value of the type is meaningful.
-UNBOUNDED = {(Config, "seed"), (DatasetConfig, "seed"), (FinetuneTaskConfig, "seed")}
-# String fields with a closed set of values (enums are checked by the schema itself).
-CHOICES: Dict[Tuple[type, str], Tuple[str, ...]] = {
-    (WandbConfig, "mode"): ("offline", "online", "disabled"),
-    (WeightsConfig, "format"): ("gguf_parts", "gguf_file", "gguf_assembler"),
-}
-
+from . import Config, JudgeConfig, enum_value
+from ..schema_fields import choices_of, range_of
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise ConfigError naming every out-of-range value and unknown key (with the valid range or keys)."""
@@ -196,6 +88,8 @@ def _check_node(node: Any, schema: type, path: str, problems: List[str]) -> None
         full = f"{path}{name}"
         if dataclasses.is_dataclass(tp):
             _check_node(value, tp, f"{full}.", problems)
+        elif schema is JudgeConfig and name == "measurements":
+            _check_plugin_settings(value, f"{full}.", problems)
         elif typing.get_origin(tp) in (dict, Dict):
             inner = _unwrap_optional(typing.get_args(tp)[1])
             if dataclasses.is_dataclass(inner) and isinstance(value, DictConfig):
@@ -203,15 +97,33 @@ def _check_node(node: Any, schema: type, path: str, problems: List[str]) -> None
                     ok_k, v = _value(value, str(k))
                     if ok_k:
                         _check_node(v, inner, f"{full}.{k}.", problems)
-        elif (schema, name) in RANGES:
-            rng = RANGES[(schema, name)]
+        elif range_of(schema, name) is not None:
+            rng = range_of(schema, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and not rng.contains(value):
                 null = " or null" if _is_optional(schema, name) else ""
                 problems.append(f"{full}={value} is out of range: it must be {rng.describe()}{null}.")
-        elif (schema, name) in CHOICES:
-            valid = CHOICES[(schema, name)]
+        elif choices_of(schema, name) is not None:
+            valid = choices_of(schema, name)
             if str(enum_value(value)) not in valid:
                 problems.append(f"{full}={value!r} is not valid: it must be one of {', '.join(valid)}.")
+
+
+def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
+    """judge.measurements.<name>: a registered measurement's settings, checked against its settings dataclass."""
+    if not isinstance(blocks, DictConfig):
+        return
+    from ..measurements import registered
+
+    by_name = {m.name: m for m in registered()}
+    for key in blocks.keys():
+        measurement = by_name.get(str(key))
+        if measurement is None:
+            problems.append(f"{path}{key} names no registered measurement: registered are "
+                            f"{', '.join(by_name)} (add one with $SELFPREF_MEASUREMENTS=name=module:Class).")
+        elif measurement.settings_class is not None:
+            ok, block = _value(blocks, str(key))
+            if ok:
+                _check_node(block, measurement.settings_class, f"{path}{key}.", problems)
 
 
 def _is_optional(schema: type, name: str) -> bool:
@@ -269,7 +181,7 @@ def _bad_patterns(cfg: DictConfig) -> List[str]:
 
 
 def unchecked_numeric_fields() -> List[str]:
-    """Numeric schema fields with neither a range nor an UNBOUNDED entry (the tests keep this empty)."""
+    """Numeric schema fields that declare no range, not even `unbounded` (the tests keep this empty)."""
     missing: List[str] = []
     seen: set = set()
 
@@ -285,7 +197,7 @@ def unchecked_numeric_fields() -> List[str]:
                 inner = _unwrap_optional(typing.get_args(tp)[1])
                 if dataclasses.is_dataclass(inner):
                     visit(inner)
-            elif tp in (int, float) and (schema, name) not in RANGES and (schema, name) not in UNBOUNDED:
+            elif tp in (int, float) and range_of(schema, name) is None:
                 missing.append(f"{schema.__name__}.{name}")
 
     visit(Config)

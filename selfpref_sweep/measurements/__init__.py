@@ -75,6 +75,10 @@ class Measurement(ABC):
     brief = False  # its line is printed by default, not only with verbose=true (the judge-competence control)
     omit_missing: bool = False  # True: an article without a record gets no field (else the field is null)
     report_module: str = ""  # its report side, beside the class's module (".familiarity_report"); "": none
+    # A plug-in's settings (judge.measurements.<name>): a dataclass whose fields carry their defaults and ranges
+    # (schema_fields.py); validation checks the block against it and `settings` fills in its defaults. None: an
+    # open block. The built-ins' settings are typed fields of `judge` (measurements/<name>/<name>_settings.py).
+    settings_class: Optional[type] = None
 
     # --- the cell -------------------------------------------------------------------------------------
     @abstractmethod
@@ -151,12 +155,19 @@ def _registered(added: str) -> Tuple[Measurement, ...]:
 
 
 def settings(judge_cfg: Any, name: str) -> Any:
-    """A measurement's settings: `judge.<name>` when the typed schema has it, else `judge.measurements.<name>`
-    (None when absent)."""
+    """A measurement's settings: `judge.<name>` when the typed schema has it, else `judge.measurements.<name>`:
+    for a measurement with a `settings_class`, an instance of it with the block's values over its defaults
+    (the defaults alone when the block is absent); else the block as given (None when absent)."""
     if hasattr(judge_cfg, name):
         return getattr(judge_cfg, name)
     block = getattr(judge_cfg, "measurements", None) or {}
-    return block.get(name) if hasattr(block, "get") else None
+    given = block.get(name) if hasattr(block, "get") else None
+    schema = next((m.settings_class for m in registered() if m.name == name), None)
+    if schema is None:
+        return given
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), given or {}))
 
 
 def number(value: Any) -> float:

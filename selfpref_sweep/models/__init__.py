@@ -8,13 +8,24 @@ from typing import Dict
 from typing import TYPE_CHECKING
 
 from ..registry import resolve
-from ..store import Store
 from .base import ModelAPI, ModelIdentity
-from .cached import CachedModel
-from .pool import POOL
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
+    from ..store import Store
+    from .cached import CachedModel
+
+# The call store and the model pool load when first used, not with the package: the config schema imports the
+# backends' settings modules (models/*_settings.py), and reading a config should not open the cache's machinery.
+_LAZY = {"CachedModel": ".cached", "POOL": ".pool"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, model_cache, show_progress).
 # SELFPREF_BACKENDS="name=module:Class,..." adds backends (plugins, the test suite's double).
@@ -29,9 +40,13 @@ def backend_class(name: str):
     return resolve(BACKENDS, "SELFPREF_BACKENDS", name, "model backend")
 
 
-def load_model(model_cfg: "ModelConfig", store: Store, model_cache: str, show_progress: bool = True) -> CachedModel:
+def load_model(model_cfg: "ModelConfig", store: "Store", model_cache: str, show_progress: bool = True
+               ) -> "CachedModel":
     """A cached handle on the model; weights load only when a call misses the cache, and come from the
     process's model pool (models/pool.py) when an earlier cell loaded the same model with the same config."""
+    from .cached import CachedModel
+    from .pool import POOL
+
     cls = backend_class(model_cfg.backend)
     identity: ModelIdentity = cls.identity_for(model_cfg)
     key = (identity, repr(model_cfg))  # the config too: settings outside the identity (prefix_reuse, ...)

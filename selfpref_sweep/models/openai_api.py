@@ -60,6 +60,7 @@ from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateReques
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, spells_answer, unique)
 from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _safe_name, _usage,  # noqa: F401
                           distribution_from_top_logprobs, generation_from)
+from .openai_settings import MAX_TOP_LOGPROBS
 from .retry import is_transient, retrying, status_code
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,6 @@ BACKEND_VERSION = 2
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "sk-no-key"  # sent to a loopback server when the key variable is unset
-MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 SHUTDOWN_GRACE_S = 1.0  # after a fatal error, results finishing within this are still yielded
 PROBE_TEXT = "The cat sat on the mat. It was a sunny day."  # echo_logprobs=auto's probe prompt
 

@@ -15,6 +15,8 @@ from selfpref_sweep.cell.scoring import score_items, summarize_question
 from selfpref_sweep.config import SettingName
 from selfpref_sweep.measurements import CI_FIELDS, Measurement, Stage, numbers, settings
 
+from .toy_settings import ToySettings
+
 QUESTION = "length"  # the paper's length prompt (prompts.pairwise.length)
 
 
@@ -22,16 +24,17 @@ class ToyMeasurement(Measurement):
     name = item_key = summary_key = prefix = "toy"
     omit_missing = True
     report_module = ".toy_report"
+    settings_class = ToySettings
     cell_column_names = ("toy_mean", "toy_ci_low", "toy_ci_high")
     item_column_names = ("toy_score",)
 
     def prepare(self, inputs, judge, judge_cfg) -> Stage:
-        mode = (settings(inputs.spec.judge, self.name) or {}).get("mode", "off")
-        if mode != "on":
-            return Stage(False, f"judge.measurements.toy.mode={mode}")
+        toy = settings(inputs.spec.judge, self.name)
+        if toy.mode != "on":
+            return Stage(False, f"judge.measurements.toy.mode={toy.mode}")
         items = []
         for p in inputs.pairs.pairs:
-            if len(p.own.split()) == len(p.other.split()):
+            if abs(len(p.own.split()) - len(p.other.split())) < max(1, toy.min_word_gap):
                 continue  # no right answer
             longer, shorter = sorted((p.own, p.other), key=lambda t: len(t.split()), reverse=True)
             items.append(ItemRequests(p.article_id, {QUESTION: pairwise_requests(
