@@ -12,8 +12,8 @@ import sys
 from tests.conftest import FAKE_BACKEND, REPO
 from tests.finetune_fakes import FAKE_TRAINER
 
-def _sweep(tmp_path, *overrides):
-    sweep = tmp_path / "sweep"
+def _sweep(tmp_path, *overrides, name="sweep"):
+    sweep = tmp_path / name
     env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "SELFPREF_TRAINERS": FAKE_TRAINER, "WANDB_MODE": "offline",
            "WANDB_SILENT": "true", "SELFPREF_STORE": str(tmp_path / "calls.sqlite")}
     cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
@@ -61,3 +61,25 @@ def test_control_tasks_sweep_on_demo(tmp_path):
     for s in summaries:
         assert s["cell"]["transfer"] == "in_domain" and s["cell"]["finetune_dataset"] == "demo"
         assert s["n_articles"] == 4  # demo-04 .. demo-07, after the 3 training articles
+
+
+def test_a_seed_sweep_gives_one_cached_adapter_per_seed(tmp_path):
+    """Replicated fine-tunes: finetune_task.seed as a sweep axis trains one adapter per seed (example order,
+    LoRA init and dropout all follow it), each cached under its own key, and the analysis keeps them apart as
+    evaluator variants. A second launch of the same sweep trains nothing."""
+    from selfpref_sweep.analysis.load import load_sweeps
+
+    args = ("finetune_task=recognition", "finetune_task.n_articles=3", "finetune_task.seed=0,1,2",
+            "dataset.n_articles=4", "source=human")
+    summaries, _ = _sweep(tmp_path, *args)
+    fingerprints = [s["finetune"]["fingerprint"] for s in summaries]
+    assert len(summaries) == 3 and len(set(fingerprints)) == 3
+    assert all(s["finetune"]["trained_in_this_cell"] for s in summaries)
+    entries = sorted(e.parent.name for e in (tmp_path / "finetunes").glob("*/finetune.json"))
+    assert len(entries) == 3 and [e.split("-n3-")[1][:2] for e in entries] == ["s0", "s1", "s2"]
+    variants = load_sweeps([tmp_path / "sweep"]).cells["evaluator_variant"]
+    assert variants.nunique() == 3
+
+    again, _ = _sweep(tmp_path, *args, name="again")
+    assert [s["finetune"]["fingerprint"] for s in again] == fingerprints
+    assert not any(s["finetune"]["trained_in_this_cell"] for s in again)
