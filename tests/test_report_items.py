@@ -161,3 +161,17 @@ def test_a_section_with_nothing_fitted_says_why_in_one_line() -> None:
     many = unfitted_line([NS(ok=False, note=f"reason {i}") for i in range(5)])
     assert "reason 0; reason 1; reason 2 (and 2 other reason(s))" in many
     assert "nothing to fit" in unfitted_line([])
+
+
+def test_every_method_text_is_used_and_reads_as_paragraphs() -> None:
+    """The report's prose lives in texts/*.md files beside the code that shows it; each is named by that code."""
+    from pathlib import Path
+
+    package = Path(R.__file__).resolve().parents[1]
+    files = sorted(package.rglob("texts/*.md"))
+    code = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
+    assert len(files) >= 19
+    for f in files:
+        assert f'"{f.stem}"' in code, f"{f} is named by no code"
+        text = f.read_text(encoding="utf-8")
+        assert text.strip() and "\n\n\n" not in text and not any(line != line.rstrip() for line in text.splitlines())

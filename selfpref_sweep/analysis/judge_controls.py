@@ -17,22 +17,12 @@ from ..measurements.competence import competence_report
 from ..measurements.placebo import placebo_report
 from ..measurements.recognition_classifier import classifier_report
 from ..measurements.recognition_classifier.classifier_report import OVERALL_CONSERVATIVE
+from .method_texts import method_text
 
 NAME = "judge_controls"
 SECTION = "Which results mean something: the judge controls per cell"
 NOT_RUN = "not run"
-TEXT = (
-    "One line per cell. *Competence*: can the judge tell this article's summary from another article's (log-odds "
-    "of the right answer beyond any position bias, pass rule in the cell's `judge_competence` block)? "
-    "*Placebo*: does it answer a question whose answer is in the text (which summary is longer?) above chance "
-    "(the CI of its log-odds of the right answer above 0, as the competence control reads it; the column shows "
-    "the log-odds and the paper scale)? The placebo is asked pairwise in every cell, so in an individual cell a "
-    "placebo not answered says the judge cannot do the pairwise format, and only qualifies the verdict. *Alike*: does the placebo's choice follow the recognition choice at "
-    "least as often as the preference choice does? If so, the recognition-preference link is the judge answering "
-    "every question alike. *Recognition accuracy* and *AUROC* read the recognition answers as a classifier "
-    "(AUROC is position-free; ½ = chance). " + OVERALL_CONSERVATIVE + " A cell's self-recognition and self-preference results mean something "
-    "only where the verdict is \"informative\"; a control that was not run is named, not counted as passed."
-)
+TEXT = method_text("judge_controls", overall_conservative=OVERALL_CONSERVATIVE)
 
 
 def verdict(cell: pd.Series) -> str:

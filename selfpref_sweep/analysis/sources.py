@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .method_texts import method_text
 from .paired import holm
 from .tables import DASH, FLAT_ARTICLES, est_ci, fmt_int, fmt_p
 
@@ -123,17 +124,7 @@ def per_source_table(cells: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-PER_SOURCE_TEXT = (
-    "Each row is one cell: the evaluator against one other source. The test asks whether its mean log-odds "
-    "differs from 0 (no self-recognition or self-preference against that source; the log-odds scale cancels a "
-    "position bias; in an older sweep without log-odds, the paper's score against 0.5), a one-sample t test over "
-    "the cell's articles. A group's sources are tested together, so next to each raw p-value stands its "
-    "Holm-adjusted one across the sources of that group and question (the family column names it): read the "
-    "adjusted one when asking \"against which sources is there an effect?\". A small adjusted p says the "
-    "evaluator's answers favour its own summary against that source beyond chance; a large one says these "
-    "articles cannot tell, not that there is no effect (see the smallest detectable effect per cell). A judge "
-    "that failed the competence control makes any row uninformative."
-)
+PER_SOURCE_TEXT = method_text("per_source")
 NEEDS_TWO = ("The per-source breakdown needs two or more other sources judged by one evaluator variant on one "
              "dataset, setting and label: with one source there is no family to adjust across.")
 

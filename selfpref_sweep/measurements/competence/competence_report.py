@@ -12,10 +12,13 @@ import pandas as pd
 
 from .. import number
 from .competence_columns import failed_judges, passed, ran, unit_status
+from ...analysis.method_texts import method_text
 from ...analysis.report import NOT_LOGGED, ReportItem
 from ...analysis.tables import DASH, FLAT_ARTICLES, est_ci, fmt, fmt_ci, fmt_int, mde_sentence, rows_table
 
 __all__ = ["failed_judges", "passed", "ran", "unit_status"]
+
+PACKAGE = __package__  # its texts/ folder holds its method prose
 
 NAME = "competence"
 JUDGE_FAILED = "the judge could not do this task; a null here is uninformative"
@@ -91,14 +94,8 @@ def judge_text(cells: pd.DataFrame) -> str:
             f"Their results say nothing either way: {names}.")
 
 
-QUALITY_TEXT = (
-    "What it means: a null result is informative only if the cell could have seen an effect. The smallest "
-    "detectable effect is the distance from 0.5 that the cell would detect with 80% power at α = 0.05, "
-    "given its article count and item spread; smaller true effects could not be seen. The judge-competence "
-    "control asks the judge a question it must answer right if it can compare two summaries at all "
-    "(which summary is of this article); mean P(correct) with its CI. A judge that fails it could not "
-    "do this task, and a null from it is uninformative."
-)
+QUALITY_TEXT = method_text("quality", PACKAGE)
+
 
 ITEMS = (
     ReportItem("failed_judges", "Judges that failed the competence control", lambda r: judge_text(r.data.cells),

@@ -32,11 +32,13 @@ import pandas as pd
 from ..recognition_classifier.classifier_report import ACCURACY_COLUMNS
 from ..surface_baseline.surface_report import SURFACE_COLUMNS
 from ...stats.clustered import ClusteredOLS, too_few_clusters
+from ...analysis.method_texts import method_text
 from ...analysis.report import ReportItem
 from ...analysis.fit import ALPHA, LEVEL_ITEM, clustered_ols, condition_groups
 from ...analysis.tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from ...analysis.units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in
 
+PACKAGE = __package__  # its texts/ folder holds its method prose
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
 
 
@@ -172,21 +174,7 @@ def recorded(cells: pd.DataFrame) -> bool:
 
 def familiarity_note(cells: pd.DataFrame, fits: Sequence[FamiliarityFit]) -> str:
     """The section's plain-language note, including why there is nothing to show where there is nothing."""
-    what = (
-        "What it means: a judge may prefer its own summaries because it finds them likely (familiar, low "
-        "perplexity), not because it recognizes them; a model's greedy summary is, by construction, text it finds "
-        "likely. Each item records the judge's mean log-likelihood per token of each summary, given the article "
-        "and the summarization prompt (the judge is the model that judged: the fine-tuned one in fine-tuned "
-        "cells).\n\n"
-        "(a) The likelihood recognizer says 'own' for the summary the judge finds likelier (a tie counts ½). Its "
-        "accuracy is a baseline: verbal recognition below it uses less of the signal the model has; above it, "
-        "more than familiarity alone.\n\n"
-        "(b) Item-level OLS of preference on recognition, then on recognition + familiarity (own − other "
-        "log-likelihood per token), on the same items, CIs clustered by article, per setting × label (never "
-        "pooled across them), with evaluator-variant fixed effects when a group holds several variants. If "
-        "recognition's coefficient falls toward 0 once familiarity is in, the link between recognition and "
-        "preference is (partly) familiarity; if it stays, recognition predicts preference beyond it."
-    )
+    what = method_text("familiarity", PACKAGE)
     if not recorded(cells):
         reasons = sorted({r for r in cells.get("fam_reason", pd.Series(dtype=str)) if r}) if not cells.empty else []
         why = f" ({'; '.join(reasons)})" if reasons else " (an older sweep, or no complete cell)"
@@ -325,25 +313,7 @@ def authorship_baselines_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
 
 def authorship_baselines_note(cells: pd.DataFrame) -> str:
     """The section's plain-language note, and what no cell measured (and why, where cells say)."""
-    what = (
-        "What it means: does the judge's verbal answer ('I wrote this one') carry more than what simpler "
-        "readers of the same two summaries get? Each cell's verbal recognition (the paper's score, the "
-        "position-debiased log-odds and, where the recognition classifier ran, its accuracy) stands beside "
-        "three baselines, each with its 95% CI over articles.\n\n"
-        "Surface baseline: a classifier on length, punctuation and lexical features, no model asked, "
-        "cross-validated with articles as groups. Verbal recognition no better than it means the judge's "
-        "'I wrote it' may be reading surface features that any reader could use, not knowledge of its own "
-        "writing.\n\n"
-        "Likelihood recognizer: 'own is the summary the judge finds likelier'. Verbal recognition below it "
-        "uses less than the signal the model's own likelihoods hold; above it, more than familiarity alone.\n\n"
-        "Self-specific familiarity: the judge's own − other log-likelihood per token minus a reference "
-        "model's on the same summaries. A model's own greedy summary is likely to it by construction, and a "
-        "summary close to the article is likely to any model; a positive self-specific familiarity (CI above "
-        "0) means the judge finds its own text likelier beyond what another model does, so its familiarity is "
-        "its own. Near 0, the judge's likelihood advantage is one any model shares.\n\n"
-        "The reading column compares by whether the CIs overlap (verbal accuracy where measured, else the "
-        "paper score, which is a mean probability and so only roughly comparable with an accuracy)."
-    )
+    what = method_text("authorship_baselines", PACKAGE)
     return what + _not_measured_note(cells)
 
 

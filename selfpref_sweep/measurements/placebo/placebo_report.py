@@ -30,8 +30,11 @@ from .. import number
 from ...stats.clustered import too_few_clusters
 from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
 from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
+from ...analysis.method_texts import method_text
 from ...analysis.report import ReportItem
 from ...analysis.units import key_frame
+
+PACKAGE = __package__  # its texts/ folder holds its method prose
 
 NAME = "question_sensitivity"  # the report item's (and its table's) name
 SECTION = "Does the judge read the question? A placebo question"
@@ -192,29 +195,7 @@ def sensitivity_table(data: Any) -> pd.DataFrame:
                                        "preference agrees with recognition", "reading"])
 
 
-_WHAT_TEXT = (
-    "What it means: next to the paper's two questions, the judge was asked a third, placebo question on the "
-    "same pairs, in both orders, whose right answer is in the text and has nothing to do with who wrote it "
-    "(judge.placebo_question; by default the paper's length control, which summary is longer in terms of word "
-    "count). Its log-odds are read like recognition's and preference's: > 0 picks the judge's own summary. "
-    "Individual-setting cells ask it pairwise, on the same own/other pairs (there is no one-summary form of "
-    "it), and set its choice against their individual verdicts.\n\n"
-    "What each outcome would mean. If the placebo follows recognition as closely as preference does (it agrees "
-    "with the recognition choice at least as often, and its slope on recognition is as steep), then the "
-    "recognition-preference link is the judge answering every question alike, by position or by some feature "
-    "of the text it picks whatever it is asked, not preference following recognition. If preference follows "
-    "recognition and the placebo does not (agreement near ½, slope near 0), the judge tells the questions "
-    "apart, and the link belongs to the two questions the paper asks. If preference itself agrees with "
-    "recognition on half the items or fewer, there is no link here for the placebo to explain.\n\n"
-    "How: the items scored in all three questions. Slopes: OLS of preference log-odds, and of placebo "
-    "log-odds, on recognition log-odds, item by item, with 95% CIs clustered by article (CR2 with "
-    "Bell–McCaffrey df; fewer than 4 articles give the estimate without an interval); pooled rows (an "
-    "evaluator variant's cells in one setting and label condition) add cell fixed effects, so their slope is "
-    "within cells. Agreement: the share of items whose placebo choice (the sign of its log-odds), and whose "
-    "preference choice, names the same summary as the recognition choice, on the same items (an even answer "
-    "is no choice and leaves the item out), with Wilson 95% intervals. The reading compares the point "
-    "estimates, as the cell's own summary.json does (placebo.alike); read it with the intervals."
-)
+_WHAT_TEXT = method_text("question_sensitivity", PACKAGE)
 
 
 def sensitivity_text(result: Any) -> str:

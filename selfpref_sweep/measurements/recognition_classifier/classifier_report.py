@@ -16,8 +16,11 @@ from matplotlib.figure import Figure
 
 from .. import number
 from ...analysis.plots import DPI, PlotFile, empty_figure, grid
+from ...analysis.method_texts import method_text
 from ...analysis.report import ReportItem
 from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int
+
+PACKAGE = __package__  # its texts/ folder holds its method prose
 
 NAME = "recognition_classifier"
 # (mean, CI low, CI high) of recognition accuracy read as a classifier, for the tables that set it beside others
@@ -82,23 +85,9 @@ def classifier_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
 
 # The coverage study's finding for the pairwise overall accuracy (docs/coverage.md): an item's mean of two hits
 # (0, ½ or 1) varies less than the binomial trial Wilson assumes, so its interval is too wide, never too narrow.
-OVERALL_CONSERVATIVE = (
-    "In pairwise cells that overall interval is conservative: simulated sweeps with a known truth found it "
-    "covering 99.9-100% for a nominal 95% at 10 and 20 articles, where the per-order intervals (and the "
-    "individual setting's) held 94.6-96.4% (docs/coverage.md).")
+OVERALL_CONSERVATIVE = method_text("overall_conservative", PACKAGE)
+CLASSIFIER_TEXT = method_text("recognition_classifier", PACKAGE, overall_conservative=OVERALL_CONSERVATIVE)
 
-CLASSIFIER_TEXT = (
-    "The judge's recognition answers read as a classifier, from each cell's summary.json. Pairwise: accuracy is "
-    "the share of readings that give the own summary more than ½ (a tie counts ½), forward (own shown first) and "
-    "backward (own shown second) apart, then over both; a judge that always answers \"1\" scores 1 forward and 0 "
-    "backward. AUROC ranks P(answer \"1\") for own-first against own-second readings, so no position bias moves "
-    "it (½ = chance). Individual: accuracy is the share of items with P(Yes | own) above P(Yes | other); the "
-    "split columns are the accuracy at ½ on own summaries (Yes) and on other summaries (No); AUROC ranks P(Yes) "
-    "of own against other summaries. ECE is the expected calibration error of the same probability over "
-    "judge.calibration_bins equal-width bins (0 = calibrated); the figure shows its reliability bins (the "
-    "diagonal is perfect calibration, point size the bin's readings). Accuracies carry Wilson intervals; over both "
-    "orders each item counts once (the mean of its two readings), since its two orders share an article. "
-    + OVERALL_CONSERVATIVE + " AUROC and ECE are descriptive here: they carry no interval.")
 
 def classifier_note(cells: pd.DataFrame) -> str:
     n = int(enabled_cells(cells, "rc_enabled").sum())

@@ -11,10 +11,13 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from ...analysis.method_texts import method_text
 from ...analysis.report import ReportItem
 from ...analysis.tables import DASH, fmt, fmt_int
 from ..recognition_classifier.classifier_report import (CELL_COLUMNS, CELL_HEADS, enabled_cells,
                                                           recognition_accuracy, with_ci)
+
+PACKAGE = __package__  # its texts/ folder holds its method prose
 
 NAME = "surface_baseline"
 # (mean, CI low, CI high) of the baseline's held-out accuracy, for the tables that set it beside others
@@ -39,14 +42,7 @@ def surface_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
     } for c in recorded.itertuples()])
 
 
-SURFACE_TEXT = (
-    "Can own summaries be told from other summaries without asking any model? A logistic regression on surface "
-    "features (length, sentence count, punctuation per character, digit and uppercase shares, type-token ratio, "
-    "stopword share, Flesch reading ease) of own − other, cross-validated with articles as groups "
-    "(GroupKFold, judge.surface_folds), gives per item a held-out P(own); its accuracy is the share of items "
-    "above ½ with a Wilson 95% interval. A judge whose recognition accuracy is no better than this baseline "
-    "needs no more than these features to 'recognize' itself. The leading features are the largest "
-    "standardized coefficients of a fit on every item (> 0: own has more of it).")
+SURFACE_TEXT = method_text("surface_baseline", PACKAGE)
 
 
 def surface_note(cells: pd.DataFrame) -> str:
