@@ -7,7 +7,7 @@ import json
 import logging
 import math
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -25,19 +25,16 @@ from .fit import (
     LEVEL_SOURCE,
     LEVEL_UNIT,
     RECOGNITION_TASKS,
-    SPECIFICITY_MARGIN,
     FitResult,
-    InteractionResult,
-    SpecificityResult,
 )
 from .items_view import ITEMS_HTML, write_items_html
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
-from .paired import LABEL_COLUMNS, TrendResult, label_vs_reference
+from .paired import LABEL_COLUMNS, label_vs_reference
 from .plots import PlotFile, make_plots
 from .report import unfitted_line, write_report
 from .report_items import Design, incomplete_text as _incomplete_text
 from .report_items import problem_counts as _problem_counts
-from .resample import REPORTED, SLOPE, ResampledFit, find, reported, resampled_frame
+from .resample import REPORTED, SLOPE, find, reported, resampled_frame
 from .summary_box import summary_box
 from .wandb_log import log_to_wandb, resolve_wandb_cfg
 from .wandb_panels import SPEC_FILE, spec_for_sweep, write_spec
@@ -49,35 +46,38 @@ WANDB_ERROR_FILE = "wandb_error.txt"
 TITLE = "Self-recognition and self-preference: sweep analysis"
 
 
+_ESTIMATES = frozenset(f.name for f in fields(Estimates))
+
+
 class NoCellsError(ValueError):
     """None of the given directories holds a cell directory."""
 
 
 @dataclass
 class AnalysisResult:
+    """One analysis: the loaded records, the estimates made from them (estimates.Estimates, shared with the
+    coverage study), what the design supports, and what was written. The report items read their tables from
+    these; an estimate is reached directly (``result.unit_fits`` is ``result.est.unit_fits``)."""
+
     out_dir: Path
     report_md: Path
     report_html: Path
     data: SweepData
-    units: pd.DataFrame  # the paper's unit: evaluator variant × dataset × setting × label
-    diffs: pd.DataFrame  # fine-tuned minus base model on the same items, per fine-tuned paper unit
-    points: pd.DataFrame  # the source level: one row per cell, means over the items kept in both questions
-    unit_fits: list[FitResult]  # the headline
-    robustness_fits: list[FitResult]
-    interactions: list[InteractionResult]
-    tables: dict[str, pd.DataFrame]  # display tables, keyed by short name
-    plots: list[PlotFile]
+    est: Estimates
+    design: Design  # what the cells support: decides which report items apply
+    plots: list[PlotFile] = field(default_factory=list)
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # display tables, keyed by short name
     recognition_tasks: tuple[str, ...] = RECOGNITION_TASKS
-    wandb_status: str = ""
-    files: list[Path] = field(default_factory=list)
-    specificity: list[SpecificityResult] = field(default_factory=list)  # the shift at matched recognition
-    trends: list[TrendResult] = field(default_factory=list)  # the recognition arms' Δ over log10 N
-    specificity_margin: dict[str, float] = field(default_factory=lambda: dict(SPECIFICITY_MARGIN))
     # Label conditions against the unlabelled prompt on the same items (paired.label_vs_reference).
     labels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LABEL_COLUMNS))
-    design: Optional[Design] = None  # what the cells support: decides which report items apply
-    # The headline, specificity and interaction refitted on one joint article resample (resample.py).
-    resampled: list[ResampledFit] = field(default_factory=list)
+    wandb_status: str = ""
+    files: list[Path] = field(default_factory=list)
+
+    def __getattr__(self, name: str):
+        # Only reached for names the dataclass lacks: the estimates' (units, unit_fits, specificity, ...).
+        if name in _ESTIMATES:
+            return getattr(self.est, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def shows(self, name: str) -> bool:
         """Whether the report has the item ``name`` (report_items.report_items()) for this sweep's design."""
@@ -322,13 +322,9 @@ def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequ
     plots = make_plots(data.cells, est.units, est.unit_fits, out / ANALYSIS_SUBDIR, est.diffs,
                        only=R.plot_stems(design), extra=R.measurement_plots())
     result = AnalysisResult(
-        out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, units=est.units,
-        diffs=est.diffs, points=est.points, unit_fits=est.unit_fits, robustness_fits=est.robustness_fits,
-        interactions=est.interactions, tables={}, plots=plots,
-        recognition_tasks=tuple(recognition_tasks), specificity=est.specificity, trends=est.trends,
-        specificity_margin=est.specificity_margin,
+        out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, est=est,
+        design=design, plots=plots, recognition_tasks=tuple(recognition_tasks),
         labels=label_vs_reference(data.items) if design.label_pairs else pd.DataFrame(columns=LABEL_COLUMNS),
-        design=design, resampled=est.resampled,
     )
     result.tables = R.build_tables(result)
     return result
