@@ -159,7 +159,7 @@ def _cross_checks(cfg: DictConfig) -> List[str]:
             problems.append(f"{group}.task={task!r} has no summarization prompt: valid tasks are "
                             f"{', '.join(tasks)}.")
     ok, competence = _value(cfg.judge, "competence") if "judge" in cfg else (False, None)
-    # the control asks its question in the cell's setting (competence.py): that setting's prompt
+    # the control asks its question in the cell's setting (measurements/competence): that setting's prompt
     if ok and str(enum_value(competence)) != "off" and "competence" not in (prompts.get(setting) or {}):
         problems.append(f"judge.competence={enum_value(competence)} needs the prompt prompts.{setting}.competence, "
                         f"which prompts={prompts.get('name')} does not have: add it, or set judge.competence=off.")
