@@ -96,7 +96,8 @@ def test_the_toy_settings_are_checked_against_its_own_dataclass(toy, compose_cfg
     validate_config(compose_cfg([*FAKE_EVALUATOR, ON, "+judge.measurements.toy.min_word_gap=3"]))
     for override, says in (("+judge.measurements.toy.mode=maybe", "must be one of on, off"),
                            ("+judge.measurements.toy.min_word_gap=-1", "an integer >= 0"),
-                           ("+judge.measurements.toy.min_gap=2", "Did you mean judge.measurements.toy.min_word_gap")):
+                           ("+judge.measurements.toy.min_gap=2", "Did you mean judge.measurements.toy.min_word_gap"),
+                           ("+judge.measurements.toy.min_word_gap=abc", "does not fit ToySettings")):
         with pytest.raises(ConfigError, match=says):
             validate_config(compose_cfg([*FAKE_EVALUATOR, override]))
 

@@ -175,3 +175,12 @@ def test_every_method_text_is_used_and_reads_as_paragraphs() -> None:
         assert f'"{f.stem}"' in code, f"{f} is named by no code"
         text = f.read_text(encoding="utf-8")
         assert text.strip() and "\n\n\n" not in text and not any(line != line.rstrip() for line in text.splitlines())
+
+
+def test_a_measurement_item_following_no_item_is_a_clear_error(monkeypatch) -> None:
+    import types
+
+    stray = types.SimpleNamespace(ITEMS=(R.ReportItem("stray", "Stray", after="no_such_item"),))
+    monkeypatch.setattr(R, "measurement_reports", lambda: [(None, stray)])
+    with pytest.raises(ValueError, match="'stray' is to follow 'no_such_item', but no report item has that name"):
+        R.report_items()

@@ -22,14 +22,14 @@ from . import judge_controls as J
 from . import sources as S
 from . import tables as T
 from .fit import BY_CONDITION
-from .method_texts import method_text
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
+from .method_texts import method_text
 from .paired import LABEL_REFERENCE, has_label_pairs
 from .report import NOT_LOGGED, REPORT_TABLE, RUN_TABLE, AnalysisResult, Design, ReportItem, Section
 
 __all__ = ["AnalysisResult", "Design", "ReportItem", "NOT_LOGGED", "REPORT_TABLE", "RUN_TABLE", "report_items"]
 
-# Where the measurements' items go when they name no core item to follow: after the last of these present.
+# Where the measurements' items go when they name no item to follow: after this core item.
 MEASUREMENTS_AFTER = "per_source"
 
 
@@ -181,19 +181,26 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
 )
 
 
+def _position(items: Sequence[ReportItem], name: str, wanted_by: str) -> int:
+    for k, item in enumerate(items):
+        if item.name == name:
+            return k
+    raise ValueError(f"report item {wanted_by!r} is to follow {name!r}, but no report item has that name "
+                     f"(there are: {', '.join(i.name for i in items)})")
+
+
 def report_items() -> tuple[ReportItem, ...]:
-    """Every item in report order: the core items, each measurement's after the core item it names, the rest of
-    the measurements' (in registry order) after MEASUREMENTS_AFTER."""
+    """Every item in report order: the core items, each measurement's after the item it names (a core item, or
+    one of its own listed before), the rest of the measurements' (in registry order) after MEASUREMENTS_AFTER."""
     items = list(CORE_ITEMS)
     loose = []
     for _, mod in measurement_reports():
         for item in getattr(mod, "ITEMS", ()):
             if item.after:
-                anchor = next(k for k, core in enumerate(items) if core.name == item.after)
-                items.insert(anchor + 1, item)
+                items.insert(_position(items, item.after, item.name) + 1, item)
             else:
                 loose.append(item)
-    anchor = next(k for k, core in enumerate(items) if core.name == MEASUREMENTS_AFTER)
+    anchor = _position(items, MEASUREMENTS_AFTER, "the measurements' items")
     items[anchor + 1:anchor + 1] = loose
     names = [item.name for item in items]
     if len(set(names)) != len(names):

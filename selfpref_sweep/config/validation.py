@@ -122,8 +122,16 @@ def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
                             f"{', '.join(by_name)} (add one with $SELFPREF_MEASUREMENTS=name=module:Class).")
         elif measurement.settings_class is not None:
             ok, block = _value(blocks, str(key))
-            if ok:
-                _check_node(block, measurement.settings_class, f"{path}{key}.", problems)
+            if not ok:
+                continue
+            before = len(problems)
+            _check_node(block, measurement.settings_class, f"{path}{key}.", problems)
+            if len(problems) == before:  # keys and ranges fine: the types must fit the dataclass too
+                try:
+                    OmegaConf.merge(OmegaConf.structured(measurement.settings_class), block)
+                except OmegaConfBaseException as exc:
+                    problems.append(f"{path}{key} does not fit {measurement.settings_class.__name__}: "
+                                    f"{str(exc).splitlines()[0]}")
 
 
 def _is_optional(schema: type, name: str) -> bool:
