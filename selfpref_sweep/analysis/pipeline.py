@@ -115,8 +115,9 @@ class AnalysisResult:
     def _headline_lines(self) -> list[str]:
         """The command's headline: the paper-unit fits, or the label comparison where the design has no fit."""
         out = []
-        if self.shows("regression_units") and unfitted_line(self.unit_fits):
-            out += ["", "Headline: " + unfitted_line(self.unit_fits).replace("**", "")]
+        unfitted = unfitted_line(self.unit_fits)
+        if self.shows("regression_units") and unfitted:
+            out += ["", "Headline: " + unfitted.replace("**", "")]
         elif self.shows("regression_units"):
             out += ["", "Headline: the paper's unit (evaluator variant × dataset), OLS preference ~ recognition, "
                     "95% CIs:"]

@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 import pandas as pd
 
-from ..measurements import Measurement, registered
+from ..measurements import Measurement, flag, registered
 from . import judge_controls as J
 from . import sources as S
 from . import tables as T
@@ -54,7 +54,7 @@ def recorded(m: Measurement, mod: Optional[ModuleType], cells: pd.DataFrame) -> 
     if mod is not None and hasattr(mod, "recorded"):
         return bool(mod.recorded(cells))
     column = f"{m.prefix}_enabled"
-    return bool(not cells.empty and column in cells and cells[column].map(lambda v: v is True).any())
+    return bool(not cells.empty and column in cells and cells[column].map(lambda v: flag(v) is True).any())
 
 
 def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any]) -> Design:

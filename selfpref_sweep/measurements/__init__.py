@@ -32,6 +32,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..registry import resolve
 
 if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run time
@@ -180,6 +182,11 @@ def number(value: Any) -> float:
     except (TypeError, ValueError):
         return math.nan
     return out if math.isfinite(out) else math.nan
+
+
+def flag(value: Any) -> Optional[bool]:
+    """A record's yes/no value as a bool (numpy's bool too); None when absent or not a bool (older records)."""
+    return bool(value) if isinstance(value, (bool, np.bool_)) else None
 
 
 def block(record: Any, *path: str) -> Dict[str, Any]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
 import pandas as pd
+
+from .. import flag
 
 
 def passed(cell: pd.Series) -> Optional[bool]:
     """True / False: the cell's judge passed / failed the control; None: not run, or too few articles to tell."""
-    value = cell.get("jc_passed")
-    return bool(value) if isinstance(value, (bool, np.bool_)) else None
+    return flag(cell.get("jc_passed"))
 
 
 def ran(cells: pd.DataFrame) -> pd.DataFrame:

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from .. import number
+from .. import flag, number
 from ...stats.clustered import too_few_clusters
 from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
 from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
@@ -125,13 +125,9 @@ def fit_group(df: pd.DataFrame, row: SensitivityRow) -> SensitivityRow:
     return row
 
 
-def _enabled(value: Any) -> Optional[bool]:
-    return bool(value) if isinstance(value, (bool, np.bool_)) else None
-
-
 def no_placebo_reason(cell: pd.Series, n_items: int) -> str:
     """Why a cell has no placebo rows ("" when it has)."""
-    enabled = _enabled(cell.get("pl_enabled"))
+    enabled = flag(cell.get("pl_enabled"))
     if enabled is None:
         return f"{NO_PLACEBO}: the cell records no placebo block (a sweep from before it existed)"
     if not enabled:
@@ -230,7 +226,7 @@ def read(cell: pd.Series) -> Optional[bool]:
     """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
     answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
     ½; False: it is not; None: no placebo measured."""
-    if _enabled(cell.get("pl_enabled")) is not True:
+    if flag(cell.get("pl_enabled")) is not True:
         return None
     low, chance = number(cell.get("pl_accuracy_logodds_ci_low")), 0.0
     if not math.isfinite(low):
@@ -240,7 +236,7 @@ def read(cell: pd.Series) -> Optional[bool]:
 
 def alike(cell: pd.Series) -> Optional[bool]:
     """The cell's summary.json reading: the placebo follows recognition at least as often as preference does."""
-    return _enabled(cell.get("pl_alike"))
+    return flag(cell.get("pl_alike"))
 
 
 def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:

@@ -39,10 +39,6 @@ def enabled_cells(cells: pd.DataFrame, column: str) -> pd.Series:
     return cells[column].map(lambda v: isinstance(v, (bool, np.bool_)) and bool(v)).astype(bool)
 
 
-def recorded(cells: pd.DataFrame) -> bool:
-    return bool(enabled_cells(cells, "rc_enabled").any())
-
-
 def has_reliability(cells: pd.DataFrame) -> bool:
     return bool(not cells.empty and "rc_reliability" in cells
                 and cells["rc_reliability"].map(lambda b: bool(reliability_points(b)[2].sum())).any())
