@@ -22,6 +22,7 @@ from ..cell.scoring import article_mean
 from ..records.schema import QUESTION_PREFIX
 from ..stats.classifier_metrics import hit, proportion
 from .estimates import Estimates, estimate
+from .load import arm_name
 from .fit import (
     GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, RECOGNITION_TASKS, FitResult,
     condition_groups, fit_formula, fit_interactions, fit_paper_units, fit_specificities,
@@ -59,6 +60,13 @@ def _rows() -> list[Row]:
             rows.append(Row(f"dalt|{q}|{scale}", "coverage", f"Δ {name} CI, arms with true Δ ≠ 0, {scale}"))
         rows.append(Row(f"dp|{scale}", "size", f"Δ p < 0.05 (raw), arms with true Δ = 0, {scale}"))
         rows.append(Row(f"holm|{scale}", "size", f"Holm family-wise error over the null arms, {scale}"))
+    for scale in SCALES:  # arms.py: an arm's adapters pooled, training randomness in the interval
+        for q, name in _QUESTIONS.items():
+            rows.append(Row(f"arm|dnull|{q}|{scale}", "coverage", f"arm Δ {name} CI (adapters pooled), true Δ = 0, "
+                                                                  f"{scale}"))
+            rows.append(Row(f"arm|dalt|{q}|{scale}", "coverage", f"arm Δ {name} CI (adapters pooled), true Δ ≠ 0, "
+                                                                 f"{scale}"))
+        rows.append(Row(f"arm|dp|{scale}", "size", f"arm Δ p < 0.05 (raw, adapters pooled), true Δ = 0, {scale}"))
     for scale in SCALES:
         for key, name in (("slope", "headline slope"), ("intercept", "headline intercept")):
             rows.append(Row(f"{key}|all|{scale}", "coverage", f"{name} CI (all datasets), {scale}"))
@@ -192,6 +200,25 @@ def diff_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
                     _add(counts, f"holm|{scale}", bool(np.any(holm[at][null[at]] < ALPHA)))
 
 
+def arm_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
+    """The pooled arms' Δ CIs (arms.py) against the arm's true Δ (every adapter of an arm has the arm's)."""
+    if res.arms.empty:
+        return
+    true = truth.diffs.assign(arm=[arm_name(v) for v in truth.diffs["evaluator_variant"].astype(str)])
+    both = _keyed(res.arms, true.drop_duplicates(["dataset", "arm"]), ["dataset", "arm"])
+    for scale in SCALES:
+        for q in _QUESTIONS:
+            name = f"d{q}_{scale}"
+            for r in both.itertuples():
+                t = getattr(r, f"{name}_mean_true")
+                null = abs(t) < _NULL
+                _add(counts, f"arm|{'dnull' if null else 'dalt'}|{q}|{scale}",
+                     covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"), t))
+                if null:
+                    p = getattr(r, f"{name}_p")
+                    _add(counts, f"arm|dp|{scale}", p < ALPHA if math.isfinite(p) else None)
+
+
 def _by_group(fits: Iterable[Any]) -> dict[tuple, Any]:
     return {(getattr(f, "level", ""), f.group_by, f.group, f.scale): f for f in fits}
 
@@ -313,6 +340,7 @@ def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any],
         cell_counts(items, truth, counts)
     unit_counts(res, truth, counts)
     diff_counts(res, truth, counts)
+    arm_counts(res, truth, counts)
     fit_counts(res, true_fits, counts)
     test_counts(res, true_fits, counts)
     trend_counts(res, truth, counts)

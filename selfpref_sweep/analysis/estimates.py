@@ -12,6 +12,7 @@ import pandas as pd
 
 from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
                   fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
+from .arms import arm_deltas
 from .paired import TrendResult, dose_trend, finetune_vs_base
 from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
@@ -31,6 +32,8 @@ class Estimates:
     # The headline, specificity and interaction refitted on one joint article resample (resample.py): dataset
     # term, recognition's measurement error corrected; the paper's plain OLS stays in unit_fits.
     resampled: list[ResampledFit] = field(default_factory=list)
+    # Per arm (a fine-tune recipe), its adapters' Δs pooled with training randomness (arms.py).
+    arms: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
@@ -47,4 +50,4 @@ def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
         interactions=fit_interactions(units, points, recognition_tasks),
         specificity=fit_specificities(units, points, recognition_tasks, margins),
         trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
-        resampled=article_resample(items, recognition_tasks, seed=0))
+        resampled=article_resample(items, recognition_tasks, seed=0), arms=arm_deltas(items))

@@ -10,6 +10,7 @@ cells with partial data (no results.jsonl, null means) are kept and also listed 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
@@ -119,6 +120,19 @@ def distinct_variant_names(cell_rows: Sequence[dict[str, Any]]) -> dict[str, str
             f"adapter {row['finetune_fingerprint'][:8]}"
         out[row["cell_id"]] = f"{row['evaluator_variant']} [{tag}]"
     return out
+
+
+_SEED = re.compile(r"(, )?seed=[^,\]]*")
+
+
+def arm_name(variant: str) -> str:
+    """The evaluator variant without its seed: load.py names adapters that differ only in their seed
+    "… [seed=1]", and those that differ in other hyperparameters too "… [lr=0.001, seed=1]"."""
+    if not variant.endswith("]") or "seed=" not in variant:
+        return variant
+    head, _, tag = variant.rpartition(" [")
+    tag = _SEED.sub("", tag[:-1]).lstrip(", ")
+    return f"{head} [{tag}]" if tag else head
 
 
 def read_overrides(cell_dir: Path) -> str:

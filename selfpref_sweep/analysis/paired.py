@@ -33,8 +33,10 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from ..stats.replicates import replicate_contrast
+from .load import arm_name
 from .units import (
-    QUESTION_PREFIXES, SCALES, UNIT_KEYS, _unit_stat, cell_means_t, complete_mean, incomplete_note, kept_items,
+    QUESTION_PREFIXES, SCALES, UNIT_KEYS, _unit_stat, complete_mean, incomplete_note, kept_items,
     key_frame, unit_t,
 )
 
@@ -52,6 +54,7 @@ COLUMNS = [*UNIT_KEYS, *_CARRIED, "base_variant", "sources", "n_articles", "n_it
 HOLM_FAMILY = (*_GROUP, "transfer", "evaluator")
 _BATCH = 250  # resamples per batch of _article_draws: bounds the memory (sources × batch × articles)
 NO_RATIO = "no ratio: Δ recognition's CI includes 0"
+ONE_ADAPTER = "one adapter per arm: the CI covers the articles, not training randomness"
 NO_RATIO_NO_CI = "no ratio: Δ recognition has no CI"
 
 
@@ -304,11 +307,15 @@ def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recogni
             for q in QUESTION_PREFIXES:
                 base = TrendResult(*key, scale=scale, question=_QUESTION_NAMES[q], n_arms=len(members),
                                    arms=", ".join(f"{v:g}" for v in sorted(10 ** x)), ok=False)
-                out.append(_trend(base, x, [f[(q, scale)] for _, f in members], confidence))
+                out.append(_trend(base, x, [f[(q, scale)] for _, f in members], confidence,
+                                  [arm_name(str(r["evaluator_variant"])) for r, _ in members]))
     return out
 
 
-def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confidence: float) -> TrendResult:
+def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confidence: float,
+           arms: Sequence[str] = ()) -> TrendResult:
+    """``arms``: each frame's arm (load.arm_name); adapters of one arm are seeds of one fine-tune, whose spread
+    puts training randomness into the interval (stats.replicates)."""
     if np.unique(x).size < 2:
         base.note = "a trend needs recognition arms at 2 or more N"
         return base
@@ -318,17 +325,20 @@ def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confide
     if not math.isfinite(base.slope):  # an arm without the scale: no slope, so no interval
         return base
     # The slope is Σ_k xc_k·Δ_k / xc·xc, and Δ_k the mean over arm k's sources of their mean differences: one
-    # weighted sum of (arm, source) cell means, tested over articles as the Δs are.
-    cells = pd.concat([f.assign(arm=k) for k, f in enumerate(frames)], ignore_index=True)
-    codes, keys = pd.factorize(pd.MultiIndex.from_frame(cells[["arm", "source"]]))
-    arm = keys.get_level_values(0).to_numpy()
-    weights = xc[arm] / (xc @ xc) / np.bincount(arm, minlength=len(frames))[arm]
-    _, base.ci_low, base.ci_high, base.p = cell_means_t(
-        cells["v"].to_numpy(float), codes, cells["article_id"].to_numpy(str), weights, confidence)
+    # weighted sum of (arm, source) cell means, tested over articles as the Δs are, plus the adapters' own
+    # variance where an arm has several.
+    arms = list(arms) or [str(k) for k in range(len(frames))]
+    fit = replicate_contrast(frames, arms, xc / (xc @ xc), confidence)
+    base.ci_low, base.ci_high, base.p = fit["ci_low"], fit["ci_high"], fit["p"]
+    replicated = len(set(arms)) < len(arms)
     notes = []
     if np.unique(x).size == 2:
         notes.append("2 doses: the line passes through both")
-    if np.unique(x).size < x.size:
+    if replicated:
+        notes.append(f"adapters pooled per arm; training SD {fit['training_sd']:.3f} in the CI")
+    else:
+        notes.append(ONE_ADAPTER)
+    if len(set(zip(x, arms))) < np.unique(x).size or len(set(arms)) > np.unique(x).size:
         notes.append("several arms at one N (e.g. other hyperparameters), fitted together")
     base.note = "; ".join(notes)
     return base

@@ -211,6 +211,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         **measured_files,
         "paper_units.csv": result.units,
         "finetune_vs_base.csv": result.diffs,
+        "finetune_arms.csv": result.arms,
         "cells.csv": T.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
     }
@@ -319,7 +320,7 @@ def run_analysis(
 
 def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequence[str]) -> AnalysisResult:
     """The result: the estimates, the design, the figures its report items show and every item's table."""
-    design = R.design_of(data, est.units, est.diffs, est.trends)
+    design = R.design_of(data, est.units, est.diffs, est.trends, est.arms)
     plots = make_plots(data.cells, est.units, est.unit_fits, out / ANALYSIS_SUBDIR, est.diffs,
                        only=R.plot_stems(design), extra=R.measurement_plots())
     result = AnalysisResult(

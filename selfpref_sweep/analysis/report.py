@@ -167,6 +167,7 @@ class Design:
     logodds_cells: bool  # some cell's summary has log-odds means
     per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
     measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
+    replicated: bool = False  # some fine-tuned arm has several adapters (seeds): arms.py pools them
 
     @property
     def headline(self) -> bool:

@@ -57,7 +57,8 @@ def recorded(m: Measurement, mod: Optional[ModuleType], cells: pd.DataFrame) -> 
     return bool(not cells.empty and column in cells and cells[column].map(lambda v: flag(v) is True).any())
 
 
-def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any]) -> Design:
+def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any],
+              arms: Optional[pd.DataFrame] = None) -> Design:
     cells = data.cells
     per_condition = units.groupby(list(BY_CONDITION)).size() if not units.empty else pd.Series(dtype=int)
     return Design(
@@ -65,6 +66,7 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
         max_condition_units=int(per_condition.max()) if len(per_condition) else 0,
         finetuned=bool(not units.empty and units["is_finetuned"].astype(bool).any()),
         diffs=not diffs.empty, trends=bool(trends),
+        replicated=bool(arms is not None and not arms.empty and (arms["adapters"] > 1).any()),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
         per_source=S.has_sources(cells),
         measured=frozenset(m.name for m in registered() if recorded(m, report_module(m), cells)),
@@ -118,6 +120,18 @@ def _interaction_text(result: AnalysisResult) -> str:
     return method_text("interaction", recognition_tasks=", ".join(result.recognition_tasks))
 
 
+ONE_ADAPTER_PER_ARM = (
+    "Training randomness is not covered: every fine-tuned arm here is one adapter (one training run), so these "
+    "intervals describe the adapters that were trained, over the evaluation articles; another run of the same "
+    "fine-tune can land outside them. Train each arm with several seeds (finetune_task.seed=0,1,2) and the "
+    "report pools them per arm with the between-adapter variance in the interval.")
+
+
+def _finetune_vs_base_text(result: AnalysisResult) -> str:
+    text = method_text("finetune_vs_base")
+    return text if result.design is not None and result.design.replicated else f"{ONE_ADAPTER_PER_ARM}\n\n{text}"
+
+
 def _labels_table(result: AnalysisResult) -> Optional[pd.DataFrame]:
     # None outside a label comparison, so that other designs log no empty table to W&B.
     return T.label_comparison_table(result.labels) if result.design.label_pairs else None
@@ -146,9 +160,11 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
     ReportItem("interaction", "Recognition vs control fine-tunes: the interaction test", _interaction_text,
                lambda r: T.interaction_table(r.interactions), applies=lambda d: d.finetune_tests,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.interactions),
-    ReportItem("finetune_vs_base", "Fine-tuned vs base model on the same items", method_text("finetune_vs_base"),
+    ReportItem("finetune_vs_base", "Fine-tuned vs base model on the same items", _finetune_vs_base_text,
                lambda r: T.finetune_vs_base_table(r.diffs), plots=("finetune_vs_base",),
                applies=lambda d: d.diffs),
+    ReportItem("finetune_arms", "Fine-tuned vs base, per arm: its adapters pooled", method_text("finetune_arms"),
+               lambda r: T.arm_deltas_table(r.arms), applies=lambda d: d.diffs and d.replicated),
     ReportItem("dose_trend", "Dose-response: the recognition arms' change over N",
                method_text("dose_trend"),
                lambda r: T.trend_table(r.trends), applies=lambda d: d.diffs and d.trends, level=3,

@@ -109,6 +109,11 @@ class ResampledFit:
     reliability: float = math.nan  # of recognition given the other regressors (1: measured without error)
     n_resamples: int = 0  # draws used
     no_interval: str = ""
+    # Training randomness (_training_variance): the between-adapter SD of preference off the line, on the fit's
+    # scale, and its degrees of freedom; its variance is in se, and df is the Welch-Satterthwaite combination.
+    n_adapters: int = 0
+    training_sd: float = math.nan
+    training_df: float = math.nan
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,12 +285,50 @@ class _Partialled:
             return math.nan
 
 
-def _interval(est: float, draws: np.ndarray, df: float) -> dict[str, float]:
-    se = float(np.std(draws, ddof=1))
+def _interval(est: float, draws: np.ndarray, df: float, v_train: float = 0.0, df_train: float = math.inf
+              ) -> dict[str, float]:
+    """est ± t × SE, SE² the draws' variance plus ``v_train`` (training randomness), t on the two parts'
+    Welch-Satterthwaite degrees of freedom (df alone when v_train is 0)."""
+    v_art = float(np.var(draws, ddof=1))
+    se = math.sqrt(v_art + v_train) if v_art + v_train >= 0 else math.nan
+    if v_train > 0:
+        df = (v_art + v_train) ** 2 / (v_art ** 2 / df + v_train ** 2 / df_train)
     if not (se > 0 and df > 0 and math.isfinite(est)):
         return dict(se=se)
     t = float(stats.t.ppf(1 - ALPHA / 2, df))
-    return dict(se=se, ci_low=est - t * se, ci_high=est + t * se, p=float(2 * stats.t.sf(abs(est) / se, df)))
+    return dict(se=se, df=df, ci_low=est - t * se, ci_high=est + t * se,
+                p=float(2 * stats.t.sf(abs(est) / se, df)))
+
+
+def _training_variance(solve: Any, x: np.ndarray, y: np.ndarray, F: np.ndarray, a: np.ndarray,
+                       est: np.ndarray, beta: np.ndarray, adapters: np.ndarray, n_fixed: int
+                       ) -> tuple[np.ndarray, float, float]:
+    """(V, τ², df_τ): per coefficient the variance that a fresh draw of every adapter's training deviation adds;
+    the between-adapter variance τ² behind it (preference off the fitted line, shared by an adapter's points,
+    beyond what the articles explain); and τ²'s degrees of freedom (adapters − coefficients that vary across
+    adapters). A method-of-moments estimate, as in random-effects meta-regression (DerSimonian & Laird 1986):
+    E[r'r] = τ²·‖R D‖² + Σᵢ var_articles(rᵢ), r the sample's residuals, R the fit's residual maker, D the
+    points' adapter membership; the article part from the draws (``beta``: their coefficients). ``solve(x, y)``
+    gives coefficients (draws × p) that are affine in y given x, so R and V are exact for both methods. With
+    one adapter per arm τ² is the arms' scatter about the line: training randomness and any arm-specific
+    departure together. x, y: points × (1 + draws), column 0 the sample; ``beta`` and the draws' columns match."""
+    n = x.shape[0]
+    probe = solve(np.repeat(x[:, :1], n + 1, axis=1), np.hstack([np.eye(n), np.zeros((n, 1))]))
+    A = (probe[:n] - probe[n]).T  # p × n: how each point's preference moves the coefficients
+    codes, names = pd.factorize(pd.Series(adapters).astype(str))
+    D = np.eye(len(names))[codes]
+    df_tau = float(len(names) - n_fixed)
+    if df_tau < 1 or not np.isfinite(A).all() or beta.shape[0] < 2:
+        return np.zeros(A.shape[0]), math.nan, math.nan
+    Z = F + x[:, :1] * a
+    resid = y[:, 0] - Z @ est
+    draws = y[:, 1:] - F @ beta.T - x[:, 1:] * (a @ beta.T)
+    article_part = float(np.nansum(np.var(draws, axis=1, ddof=1)))
+    denominator = float(np.sum(((np.eye(n) - Z @ A) @ D) ** 2))
+    if not denominator > 0:  # every adapter's deviation is absorbed by the fit: nothing to estimate it from
+        return np.zeros(A.shape[0]), math.nan, math.nan
+    tau2 = max(0.0, (float(resid @ resid) - article_part) / denominator)
+    return tau2 * np.sum((A @ D) ** 2, axis=1), tau2, df_tau
 
 
 def _no_interval(n_draws: int, df: float, reliability: float | None, ok: np.ndarray) -> str:
@@ -304,8 +347,9 @@ def _no_interval(n_draws: int, df: float, reliability: float | None, ok: np.ndar
 
 
 def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndarray | None, interaction: bool,
-               whats: Sequence[str], df: float, base: dict[str, Any]) -> list[ResampledFit]:
-    """Both methods' rows for one group: x, y are points × (1 + draws), column 0 the sample."""
+               whats: Sequence[str], df: float, base: dict[str, Any], adapters: np.ndarray) -> list[ResampledFit]:
+    """Both methods' rows for one group: x, y are points × (1 + draws), column 0 the sample; ``adapters`` names
+    each point's model (its evaluator variant), whose training deviation its points share."""
     F, a, names = _design(x[:, 0], datasets, kind, interaction)
     col = {SLOPE: names.index("recognition"), INTERCEPT: 0}
     if kind is not None:
@@ -352,13 +396,25 @@ def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndar
             rows += rows_for(method, ok=False, note="the corrected moment matrix is not positive definite: "
                              "recognition too noisy to correct", reliability=rel)
             continue
+        cols = np.r_[0, 1 + np.flatnonzero(good)[ok]]  # the sample, then the draws that solved
+        v_train, df_tau, train = _training(lambda xs, ys: coefs(xs, ys, corrected)[0], x[:, cols], y[:, cols], F, a,
+                                           est[0], beta[ok], adapters, p - (len(set(datasets)) - 1), why)
         for w in whats:
             e = float(est[0, col[w]])
-            fields = {} if why else _interval(e, beta[ok, col[w]], df)
+            fields = _interval(e, beta[ok, col[w]], df, float(v_train[col[w]]), df_tau) if not why else {}
             rows.append(ResampledFit(what=w, method=method, n=n, **base, ok=True, estimate=e, reliability=rel,
-                                     n_resamples=int(ok.sum()), no_interval=why, df=df if not why else math.nan,
-                                     **fields))
+                                     n_resamples=int(ok.sum()), no_interval=why, **train, **fields))
     return rows
+
+
+def _training(solve: Any, x: np.ndarray, y: np.ndarray, F: np.ndarray, a: np.ndarray, est: np.ndarray,
+              beta: np.ndarray, adapters: np.ndarray, n_fixed: int, why: str) -> tuple[np.ndarray, float, dict]:
+    """(V, τ²'s df, the row's training fields) of one method: _training_variance, or nothing where the row has
+    no interval (``why``)."""
+    v, tau2, df_tau = ((np.zeros(F.shape[1]), math.nan, math.nan) if why else
+                       _training_variance(solve, x, y, F, a, est, beta, adapters, n_fixed))
+    return v, df_tau, dict(n_adapters=int(pd.Series(adapters).nunique()), training_df=df_tau,
+                           training_sd=math.sqrt(tau2) if tau2 >= 0 else math.nan)
 
 
 def _groups(frame: pd.DataFrame, within: str) -> list[tuple[str, str, np.ndarray]]:
@@ -418,12 +474,13 @@ def _fit_points(frame: pd.DataFrame, frame_articles: Sequence[np.ndarray], pts: 
     n_h = len(set(datasets))
     base = dict(base, n_articles=int(arts.size), n_datasets=n_h, dataset_term=n_h > 1)
     df = float(arts.size - n_h)
+    adapters = frame["evaluator_variant"].astype(str).to_numpy()[pts]
     if comparison:
         kind = frame["finetune_task"].astype(str).isin(list(recognition_tasks)).to_numpy()[pts]
-        return (_fit_group(x, y, datasets, kind, False, (SHIFT,), df, base)
-                + _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base))
+        return (_fit_group(x, y, datasets, kind, False, (SHIFT,), df, base, adapters)
+                + _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base, adapters))
     whats = (SLOPE, INTERCEPT) if base["level"] == LEVEL_UNIT else (SLOPE,)
-    return _fit_group(x, y, datasets, None, False, whats, df, base)
+    return _fit_group(x, y, datasets, None, False, whats, df, base, adapters)
 
 
 def true_resampled(units: pd.DataFrame, points: pd.DataFrame,

@@ -92,6 +92,12 @@ class SimulationSpec:
     position_biases: tuple[float, ...] = ()  # per variant (e.g. an always_1 fine-tune's large β)
     source_effects: tuple[float, ...] = ()  # per source, added to both questions' signals
     shared_article_effect: bool = False  # one article effect for both questions (else one per question)
+    # Replicated fine-tunes: each fine-tuned arm is trained adapters_per_arm times (seeds 0, 1, ...), and each
+    # adapter's preference signal is its arm's plus a deviation drawn per sweep, N(0, adapter_sd²) on the log-odds
+    # scale, shared by all its cells: training randomness. The arms' planted values (the truth) are the population
+    # of adapters' means, so they still lie on one line.
+    adapters_per_arm: int = 1
+    adapter_sd: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_articles < 1:
@@ -102,8 +108,10 @@ class SimulationSpec:
             raise ValueError(f"at most {len(RECOGNITION_NS)} recognition variants (N = {RECOGNITION_NS})")
         if not 0.0 <= self.exclusion_rate < 1.0:
             raise ValueError("exclusion_rate must be in [0, 1)")
-        if min(self.noise, self.article_sd) < 0:
-            raise ValueError("noise and article_sd must be >= 0")
+        if min(self.noise, self.article_sd, self.adapter_sd) < 0:
+            raise ValueError("noise, article_sd and adapter_sd must be >= 0")
+        if self.adapters_per_arm < 1:
+            raise ValueError("adapters_per_arm must be at least 1")
         n_variants = int(self.include_base) + self.recognition_variants + self.control_variants
         for name in ("recognition_signals", "position_biases"):
             if getattr(self, name) and len(getattr(self, name)) != n_variants:
@@ -129,6 +137,18 @@ class Variant:
     preference: float
     competence: float
     position_bias: float = 1.0
+    seed: Optional[int] = None  # the fine-tune's seed, where an arm has several adapters
+
+    @property
+    def arm(self) -> tuple[str, Optional[int]]:
+        return self.finetune_task, self.finetune_n_articles
+
+    def name(self, spec: SimulationSpec) -> str:
+        """The analysis' evaluator_variant: load.py tells adapters that differ only in their seed apart as
+        "… [seed=s]"."""
+        coords = asdict(self.coordinates(spec, "", ""))
+        base = evaluator_variant({**coords, "own_summaries": ""})
+        return base if self.seed is None else f"{base} [seed={self.seed}]"
 
     def coordinates(self, spec: SimulationSpec, source: str, dataset: str) -> CellCoordinates:
         tuned = self.finetune_task != "none"
@@ -156,8 +176,10 @@ def variants(spec: SimulationSpec) -> list[Variant]:
     out = []
     for k, ((task, n), rec) in enumerate(zip(order, signals)):
         slope = spec.effective_control_slope if task not in ("none", "recognition") else spec.slope
-        out.append(Variant(task, n, float(rec), float(spec.intercept + slope * rec),
-                           0.0 if k < spec.failing_judges else spec.competence, float(biases[k])))
+        arm = Variant(task, n, float(rec), float(spec.intercept + slope * rec),
+                      0.0 if k < spec.failing_judges else spec.competence, float(biases[k]))
+        replicated = task != "none" and spec.adapters_per_arm > 1
+        out += [replace(arm, seed=s) for s in range(spec.adapters_per_arm)] if replicated else [arm]
     return out
 
 
@@ -186,8 +208,7 @@ def planted_units(spec: SimulationSpec) -> pd.DataFrame:
     """The planted value of every paper unit (variant × dataset), on both scales."""
     rows = []
     for v in variants(spec):
-        base = {"evaluator_variant": evaluator_variant({**asdict(v.coordinates(spec, "", "")), "own_summaries": ""}),
-                "finetune_task": v.finetune_task}
+        base = {"evaluator_variant": v.name(spec), "finetune_task": v.finetune_task}
         for dataset in spec.datasets:
             rows.append({**base, "dataset": dataset, "transfer": v.coordinates(spec, "", dataset).transfer,
                          "rec_logodds": v.recognition, "pref_logodds": v.preference,
@@ -227,6 +248,9 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
     thousands of sweeps."""
     n = spec.n_articles if n_articles is None else n_articles
     columns: dict[str, list] = {}
+    # Drawn only when planted, so a design without training randomness keeps its random stream.
+    adapter_deviations = ({v.name(spec): float(rng.normal(0.0, spec.adapter_sd)) for v in variants(spec)
+                           if v.finetune_task != "none"} if spec.adapter_sd > 0 else {})
 
     def add(name: str, values: Any) -> None:
         columns.setdefault(name, []).append(np.broadcast_to(np.asarray(values, dtype=object if isinstance(
@@ -238,17 +262,18 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
         if spec.shared_article_effect:  # an article easy to recognize is as easy to prefer
             effects["preference"] = effects["recognition"]
         for v in variants(spec):
+            deviation_of_adapter = adapter_deviations.get(v.name(spec), 0.0)
             for source in spec.sources:
                 coords = asdict(v.coordinates(spec, source, dataset))
-                name = evaluator_variant({**coords, "own_summaries": ""})
+                name = v.name(spec)
                 for key, value in {**coords, "evaluator_variant": name, "own_summaries": "",
                                    "is_finetuned": v.finetune_task != "none",
                                    "cell_id": f"{name}|{source}|{dataset}"}.items():
                     add(key, value)
                 add("article_id", articles)
                 deviation = np.zeros(n)  # the item's recognition signal minus its variant's mean
-                for q, mean in (("recognition", v.recognition), ("preference", v.preference),
-                                ("competence", v.competence)):
+                for q, mean in (("recognition", v.recognition),
+                                ("preference", v.preference + deviation_of_adapter), ("competence", v.competence)):
                     p = QUESTION_PREFIX.get(q, "comp")
                     shift = spec.source_effect(source) if q != "competence" else 0.0
                     signal = mean + shift + effects[q] + rng.normal(0.0, spec.noise, n)
@@ -324,9 +349,13 @@ def _cell_items(cell: pd.DataFrame, coords: CellCoordinates) -> list[Item]:
             for row in cell.to_dict("records")]
 
 
-def _write_cell(cell_dir: Path, cell: pd.DataFrame, spec: SimulationSpec) -> None:
+def _write_cell(cell_dir: Path, cell: pd.DataFrame, spec: SimulationSpec, variant: Variant) -> None:
     """One cell's directory: overrides, results.jsonl and summary.json, built as the cell builds them."""
     first = cell.iloc[0]
+    # A replicated arm's adapters differ only in their seed, as a finetune_task.seed sweep's do.
+    finetune = ({"finetune": {"fingerprint": f"sim-{variant.finetune_task}-{variant.finetune_n_articles}-"
+                                             f"seed{variant.seed}", "seed": variant.seed, "hyperparameters": {}}}
+                if variant.seed is not None else {})
     coords = CellCoordinates(**{k: _plain(first[k]) for k in CELL_KEYS})
     _write_overrides(cell_dir, coords)
     items = _cell_items(cell, coords)
@@ -335,7 +364,7 @@ def _write_cell(cell_dir: Path, cell: pd.DataFrame, spec: SimulationSpec) -> Non
         n_articles=len(items), min_answer_mass=MIN_ANSWER_MASS,
         own_summaries={"kind": "generated", "name": EVALUATOR}, elapsed_s=0.0,
         warnings=["simulated cell (python -m selfpref_sweep.analysis.simulate)"],
-        extra={"judge_competence": _competence_block(items, spec), "model_calls": 0})
+        extra={"judge_competence": _competence_block(items, spec), "model_calls": 0, **finetune})
     (cell_dir / RESULTS_FILE).write_text("".join(json.dumps(it.to_json()) + "\n" for it in items), encoding="utf-8")
     (cell_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_json(), indent=2), encoding="utf-8")
 
@@ -347,8 +376,9 @@ def write_sweep(spec: SimulationSpec, out_dir: Path) -> pd.DataFrame:
     if out_dir.exists() and any(out_dir.iterdir()):
         raise FileExistsError(f"{out_dir} is not empty: the simulator writes a fresh sweep")
     items = draw_items(spec, np.random.default_rng(spec.seed))
+    by_name = {v.name(spec): v for v in variants(spec)}
     for job, (_, cell) in enumerate(items.groupby("cell_id", sort=False)):
-        _write_cell(out_dir / str(job), cell, spec)
+        _write_cell(out_dir / str(job), cell, spec, by_name[cell["evaluator_variant"].iloc[0]])
     planted = {"spec": asdict(spec), "effects": planted_effects(spec),
                "units": planted_units(spec).to_dict(orient="records")}
     (out_dir / "simulation.json").write_text(json.dumps(planted, indent=2), encoding="utf-8")
@@ -419,6 +449,8 @@ class CoverageDesign:
     source_effects: tuple[float, ...] = (-0.25, 0.25)
     noise: float = 1.0
     article_sd: float = 0.5
+    adapters_per_arm: int = 1  # replicated fine-tunes (SimulationSpec)
+    adapter_sd: float = 0.0  # training randomness: each adapter's preference deviation, log-odds SD
 
     def spec(self, setting: str, n_articles: int) -> SimulationSpec:
         """The design in one setting. Individual: each summary is judged alone, so there is no order to be
@@ -437,7 +469,8 @@ class CoverageDesign:
             n_articles=n_articles, sources=self.sources, datasets=self.datasets, setting=setting,
             recognition_variants=len(rec), control_variants=len(ctl), slope=1.0, intercept=0.0, noise=self.noise,
             article_sd=self.article_sd, recognition_signals=tuple(signals), position_biases=tuple(betas),
-            source_effects=self.source_effects, shared_article_effect=True)
+            source_effects=self.source_effects, shared_article_effect=True,
+            adapters_per_arm=self.adapters_per_arm, adapter_sd=self.adapter_sd)
 
 
 def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> dict[str, float]:
@@ -460,7 +493,7 @@ def coverage_truth(spec: SimulationSpec) -> Truth:
         for dataset in spec.datasets:
             coords = v.coordinates(spec, "", dataset)
             base = {"setting": spec.setting, "label": spec.label, "dataset": dataset, "transfer": coords.transfer,
-                    "evaluator_variant": evaluator_variant({**asdict(coords), "own_summaries": ""}),
+                    "evaluator_variant": v.name(spec),
                     "finetune_task": v.finetune_task, "finetune_n_articles": v.finetune_n_articles}
             for source in spec.sources:
                 one = replace(spec, sources=(source,), source_effects=(spec.source_effect(source),))
@@ -543,7 +576,9 @@ def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str
         f"Design (log-odds signals): {design}. Base + recognition fine-tunes N = 2, 10, 50 + controls length, "
         "vowel, readability, always_1; preference = recognition for every variant; article effects shared by "
         "every variant, source and both questions; source effects on both questions; pairwise: position bias "
-        "per variant (always_1 larger), individual: none.", "",
+        "per variant (always_1 larger), individual: none. With adapters_per_arm > 1 every fine-tuned arm has that "
+        "many adapters, each with its own preference deviation (SD adapter_sd, drawn per sweep); the truths are "
+        "the arms' population values.", "",
         "Each row: the rate over all reps (pooled over the units, arms or groups it names), ± its Monte Carlo SE "
         "(clustered by rep), and against the target (95% intervals cover 93–97%, 5% tests reject 3–7%): holds "
         "(rate ± 1.96 SE inside), does not hold (wholly outside), within MC error (straddles an edge).",
@@ -551,7 +586,10 @@ def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str
 
 
 def coverage_main(args: argparse.Namespace, command: str) -> int:
-    design = CoverageDesign()
+    if args.adapters_per_arm < 1 or args.adapter_sd < 0:
+        print("error: --adapters-per-arm >= 1 and --adapter-sd >= 0 are needed", file=sys.stderr)
+        return 2
+    design = CoverageDesign(adapters_per_arm=args.adapters_per_arm, adapter_sd=args.adapter_sd)
     settings = [s for s in args.settings.split(",") if s]
     counts = [int(x) for x in args.articles.split(",") if x.strip()]
     if args.reps < 2 or not counts or any(s not in COVERAGE_SETTINGS for s in settings):
@@ -674,6 +712,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge-competence signal of a competent judge (default %(default)s)")
     p.add_argument("--failing-judges", type=int, default=d.failing_judges,
                    help="the first k variants fail the competence control (default %(default)s)")
+    p.add_argument("--adapters-per-arm", type=int, default=d.adapters_per_arm,
+                   help="adapters (fine-tune seeds) per fine-tuned arm (default %(default)s; also with --coverage)")
+    p.add_argument("--adapter-sd", type=float, default=d.adapter_sd,
+                   help="SD of each adapter's preference deviation from its arm, log-odds: training randomness "
+                        "(default %(default)s; also with --coverage)")
     p.add_argument("--bootstrap", type=int, default=d.n_resamples, help="bootstrap resamples per cell")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--power-articles", default="5,10,20,40",
@@ -706,7 +749,8 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
         recognition_high=args.recognition_range[1], slope=args.slope, control_slope=args.control_slope,
         intercept=args.intercept, item_slope=args.item_slope, position_bias=args.position_bias, noise=args.noise, article_sd=args.article_sd,
         exclusion_rate=args.exclusion_rate, competence=args.competence, failing_judges=args.failing_judges,
-        n_resamples=args.bootstrap, seed=args.seed,
+        n_resamples=args.bootstrap, seed=args.seed, adapters_per_arm=args.adapters_per_arm,
+        adapter_sd=args.adapter_sd,
     )
 
 

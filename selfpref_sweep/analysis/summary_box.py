@@ -125,8 +125,11 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
                    f"this sweep has at most {units}.")
     elif all(f.slope_ci_low <= 0 <= f.slope_ci_high for f in fits):
         out.append("That preference follows recognition: the slope's CI includes 0.")
-    if result.design is not None and result.design.finetuned:
+    if result.design is not None and result.design.finetuned and not result.design.replicated:
         out.append("Whether fine-tuning causes the shift beyond the adapters trained: each fine-tuned arm's "
                    "intervals cover article sampling, not training randomness (replicate with finetune_task.seed).")
+    elif result.design is not None and result.design.finetuned:
+        out.append("Training randomness enters the per-arm Δs only through the spread of each arm's few adapters "
+                   "(seeds), a rough estimate; arms with one adapter do not cover it.")
     out.append("Intervals are over this sweep's articles and cells; other articles, judges or prompts may differ.")
     return " ".join(out)

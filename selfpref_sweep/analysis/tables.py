@@ -194,6 +194,7 @@ def resampled_table(fits: Sequence[ResampledFit]) -> pd.DataFrame:
             "articles (datasets)": f"{f.n_articles} ({f.n_datasets}{', dataset term' if f.dataset_term else ''})",
             "estimate": fmt(f.estimate), "95% CI": fmt_ci(f.ci_low, f.ci_high, why=why), "p": fmt_p(f.p),
             "SE (resample)": fmt(f.se), "df": fmt_int(f.df), "draws": str(f.n_resamples) if f.ok else DASH,
+            "training SD (adapters)": f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
             "reliability of recognition": fmt(f.reliability, 2), "note": f.note,
             CALIBRATION_COL: calibration_label(f"resampled {f.what}", f.level, f.method,
                                                pooled_over_datasets(f.group_by, groupings)) if f.ok else "",
@@ -322,6 +323,30 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
     ])
+
+
+def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, its adapters' Δs pooled with training randomness (arms.py), both scales: Δ [95% CI], p (Holm
+    p) and the between-adapter SD."""
+    cols = ["setting", "label", "dataset", "arm", "transfer", "adapters", "n articles"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        for q in ("recognition", "preference"):
+            cols += [f"Δ {q}{scale} [95% CI]", f"Δ {q}{scale}: p (Holm p)", f"Δ {q}{scale}: training SD"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        out = []
+        for q in ("rec", "pref"):
+            c = f"d{q}_{s}"
+            out += [est_ci(d[f"{c}_mean"], d[f"{c}_ci_low"], d[f"{c}_ci_high"], FLAT_ARTICLES),
+                    f"{fmt_p(d.get(f'{c}_p'))} ({fmt_p(d.get(f'{c}_p_holm'))})"
+                    if fmt_p(d.get(f"{c}_p")) != DASH else DASH, fmt(d.get(f"{c}_training_sd"))]
+        return out
+
+    return rows_table(arms, cols, lambda d: [
+        d["setting"], d["label"], d["dataset"], d["arm"], d["transfer"], fmt_int(d["adapters"]),
+        fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"), d["note"] or ""])
 
 
 def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:

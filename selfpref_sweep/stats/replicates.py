@@ -1,0 +1,91 @@
+"""Replicates of a treatment that judged the same articles: their mean difference with both the articles' and the
+replicates' own variance (analysis/arms.py pools an arm's adapters with it; paired.dose_trend adds training
+randomness to its slope)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .clustered import ClusteredOLS
+
+ALPHA = 0.05
+
+
+def _adapter_design(frames: Sequence[pd.DataFrame]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Items of k adapters' difference frames as (values, cell codes, articles, cell→adapter); a cell is an
+    (adapter, source)."""
+    stacked = pd.concat([f.assign(_adapter=a) for a, f in enumerate(frames)], ignore_index=True)
+    codes, keys = pd.factorize(pd.MultiIndex.from_frame(stacked[["_adapter", "source"]]))
+    return (stacked["v"].to_numpy(float), codes, stacked["article_id"].to_numpy(str),
+            keys.get_level_values(0).to_numpy())
+
+
+def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights: Sequence[float],
+                       confidence: float = 1 - ALPHA) -> dict[str, float]:
+    """Σ_a weights[a]·Δ_a over replicates a (each a frame of source, article_id, v: item differences; Δ_a the
+    mean over its sources of their means), replicates of one ``groups`` label being runs of one treatment.
+
+    Its variance has two parts: the articles' (the contrast's CR2 t over articles, Bell–McCaffrey df: the
+    replicates judged the same articles, so their Δs move together) and the replicates' own, τ²·Σ weights²,
+    τ² their variance beyond what the articles explain, by moments from the spread within groups:
+    τ̂² = max(0, Σ_g [Σ_{a∈g} (Δ_a − Δ̄_g)² − Σ_{a∈g} var_articles(Δ_a − Δ̄_g)] / Σ_g (k_g − 1)), on
+    Σ_g (k_g − 1) df. The interval: estimate ± t × √(sum), t on the two parts' Welch–Satterthwaite df. Without a
+    group of 2+ replicates τ² is not estimable: the interval is the articles' and training_sd is NaN. Returns
+    mean, ci_low, ci_high, p, training_sd, df."""
+    out = dict(mean=math.nan, ci_low=math.nan, ci_high=math.nan, p=math.nan, training_sd=math.nan, df=math.nan)
+    keep = [a for a, f in enumerate(frames) if len(f)]
+    if not keep:
+        return out
+    frames = [frames[a] for a in keep]
+    groups = np.asarray(pd.factorize(pd.Series([groups[a] for a in keep], dtype=object).astype(str))[0])
+    w = np.asarray([weights[a] for a in keep], dtype=float)
+    values, cells, articles, adapter_of = _adapter_design(frames)
+    k = len(frames)
+    per_cell = 1.0 / np.bincount(adapter_of, minlength=k)[adapter_of]  # the mean over a replicate's sources
+
+    def cell_weights(a_weights: np.ndarray) -> np.ndarray:
+        return per_cell * a_weights[adapter_of]
+
+    deltas = np.array([float(np.bincount(cells, values) @ (cell_weights(np.eye(k)[a]) /
+                                                           np.bincount(cells, minlength=per_cell.size)))
+                       for a in range(k)])
+    out["mean"] = float(w @ deltas)
+    if np.unique(articles).size < 2:
+        return out
+    ols = ClusteredOLS(np.eye(per_cell.size)[cells], values, articles)
+    art = ols.contrast(cell_weights(w))
+    v_art, df_art = art.se ** 2, art.df
+    v_train, df_train = 0.0, math.inf
+    sizes = np.bincount(groups)
+    df_tau = float(np.sum(np.maximum(sizes - 1, 0)))
+    if df_tau >= 1:
+        spread, noise = 0.0, 0.0
+        for g in np.flatnonzero(sizes >= 2):
+            members = np.flatnonzero(groups == g)
+            centre = np.zeros(k)
+            centre[members] = 1.0 / members.size
+            spread += float(np.sum((deltas[members] - deltas[members].mean()) ** 2))
+            # What the spread holds without training randomness: the articles' variance of each Δ_a − Δ̄_g.
+            noise += sum(ols.contrast(cell_weights(np.eye(k)[a] - centre)).se ** 2 for a in members)
+        tau2 = max(0.0, (spread - noise) / df_tau)
+        v_train, df_train = tau2 * float(w @ w), df_tau
+        out["training_sd"] = math.sqrt(tau2)
+    total = v_art + v_train
+    if not (total > 0 and df_art > 0):
+        return out
+    df = total ** 2 / (v_art ** 2 / df_art + (v_train ** 2 / df_train if v_train > 0 else 0.0))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total)
+    out.update(ci_low=out["mean"] - half, ci_high=out["mean"] + half, df=df,
+               p=float(2 * stats.t.sf(abs(out["mean"]) / math.sqrt(total), df)))
+    return out
+
+
+def pooled_delta(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
+    """The mean Δ of k replicates of one treatment (replicate_contrast with weights 1/k)."""
+    k = len(frames)
+    return replicate_contrast(frames, [0] * k, [1.0 / k] * k if k else [])

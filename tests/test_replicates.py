@@ -1,0 +1,89 @@
+"""Replicated fine-tunes (stats/replicates.py, analysis/arms.py): an arm's adapters pooled with training
+randomness in the interval, and the resampled fits' between-adapter variance (analysis/resample.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from selfpref_sweep.analysis import resample as RS
+from selfpref_sweep.analysis.arms import arm_deltas
+from selfpref_sweep.analysis.load import arm_name
+from selfpref_sweep.analysis.simulate import CoverageDesign, draw_items, variants
+from selfpref_sweep.stats.replicates import pooled_delta, replicate_contrast
+
+
+def frames(rng, k, tau, n_articles=10, sources=("human", "gpt4"), noise=1.0, article_sd=0.5):
+    """k adapters' item differences on the same articles: a shared article effect, each adapter's own training
+    deviation N(0, tau²), item noise."""
+    article = rng.normal(0, article_sd, n_articles)
+    out = []
+    for _ in range(k):
+        dev = rng.normal(0, tau)
+        rows = [{"source": s, "article_id": f"a{i}", "v": dev + article[i] + rng.normal(0, noise)}
+                for s in sources for i in range(n_articles)]
+        out.append(pd.DataFrame(rows))
+    return out
+
+
+def test_the_arm_name_drops_only_the_seed():
+    assert arm_name("q [ft recognition on xsum, n=10] [seed=2]") == "q [ft recognition on xsum, n=10]"
+    assert arm_name("q [ft recognition on xsum, n=10] [lr=0.001, seed=2]") == "q [ft recognition on xsum, n=10] [lr=0.001]"
+    assert arm_name("q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]") == "q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]"
+    assert arm_name("q") == "q"
+
+
+def test_one_adapter_keeps_the_article_interval_and_says_nothing_of_training():
+    rng = np.random.default_rng(0)
+    one = frames(rng, 1, 0.0)
+    fit = pooled_delta(one)
+    assert math.isnan(fit["training_sd"]) and fit["df"] == pytest.approx(9.0)
+    twice = pooled_delta(one + one)  # the same adapter twice: no spread, nothing added
+    assert twice["training_sd"] == 0.0
+    assert (twice["ci_low"], twice["ci_high"]) == pytest.approx((fit["ci_low"], fit["ci_high"]))
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.6])
+def test_the_pooled_interval_covers_the_arms_mean_with_training_randomness(tau):
+    """400 arms of 3 adapters at 10 articles: the pooled CI covers the population mean (0) at about 95%,
+    where the articles-only interval falls short once training randomness is large."""
+    rng = np.random.default_rng(11)
+    pooled, articles_only = [], []
+    for _ in range(400):
+        fit = pooled_delta(frames(rng, 3, tau))
+        pooled.append(fit["ci_low"] <= 0 <= fit["ci_high"])
+        bare = replicate_contrast(frames(rng, 3, tau), [0, 1, 2], [1 / 3] * 3)  # three arms: no τ² estimable
+        articles_only.append(bare["ci_low"] <= 0 <= bare["ci_high"])
+    assert 0.925 <= np.mean(pooled) <= 0.985, np.mean(pooled)
+    if tau > 0:
+        assert np.mean(articles_only) < 0.88, np.mean(articles_only)
+
+
+def test_the_arms_table_pools_an_arms_seeds():
+    spec = CoverageDesign(adapters_per_arm=3, adapter_sd=0.1).spec("pairwise", 10)
+    names = [v.name(spec) for v in variants(spec)]
+    assert len(names) == len(set(names)) == 1 + 7 * 3 and names[1].endswith("[seed=0]")
+    arms = arm_deltas(draw_items(spec, np.random.default_rng(0)))
+    assert len(arms) == 7 * 2 and set(arms["adapters"]) == {3} and (arms["note"] == "").all()
+    assert arms["dpref_logodds_training_sd"].notna().all()
+    single = arm_deltas(draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(0)))
+    assert set(single["adapters"]) == {1} and single["note"].str.contains("not training randomness").all()
+
+
+def test_the_resampled_fits_see_training_randomness():
+    """With each adapter's preference off the line by N(0, 0.4²), the fits' between-adapter SD is found and
+    widens the interval; the slope's own point estimate does not depend on it."""
+    found = {}
+    for sd in (0.0, 0.4):
+        spec = CoverageDesign(adapters_per_arm=3, adapter_sd=sd).spec("pairwise", 10)
+        sds = []
+        for rep in range(3):
+            fits = RS.article_resample(draw_items(spec, np.random.default_rng(rep)), n_resamples=100)
+            row = RS.find(fits, RS.SLOPE, RS.LEVEL_UNIT, "setting × label", "pairwise / none", "logodds")
+            assert row is not None and row.n_adapters == 22 and row.training_df == 20
+            sds.append(row.training_sd)
+        found[sd] = np.mean(sds)
+    assert found[0.4] > found[0.0] and 0.2 < found[0.4] < 0.7, found
