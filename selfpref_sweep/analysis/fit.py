@@ -172,6 +172,8 @@ class SpecificityResult:
     slope_ci_high: float = math.nan
     margin: float = math.nan
     equivalence_p: float = math.nan  # TOST: the larger of the two one-sided p-values (H0: |shift| >= margin)
+    recognition_span: float = math.nan  # the range of recognition over the fine-tuned points: the margin's yardstick
+    interaction_p: float = math.nan  # the interaction test on the same points (fit_interaction)
     verdict: str = ""  # the outcome in words (specificity_verdict)
     no_interval: str = ""
 
@@ -609,18 +611,31 @@ def tost_p(estimate: float, se: float, df: float, margin: float) -> float:
     return max(p_above, p_below)
 
 
-def specificity_verdict(ci_low: float, ci_high: float, equivalence_p: float, margin: float) -> str:
-    """The specificity test's outcome in words (empty without an interval)."""
+def specificity_verdict(ci_low: float, ci_high: float, equivalence_p: float, margin: float,
+                        span: float = math.nan, interaction_p: float = math.nan) -> str:
+    """The specificity test's outcome in words (empty without an interval). ``span``: the recognition range the
+    fine-tunes span, which the margin is stated against. "One common line" needs two tests: TOST within the
+    margin and an interaction test (``interaction_p``) that does not reject a common slope; equal intercepts
+    at the mean say nothing of lines whose slopes differ."""
     if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
         return ""
     equivalent = math.isfinite(equivalence_p) and equivalence_p < ALPHA
     within = f"±{margin:g}"
+    if math.isfinite(span) and span > 0:
+        within += f" ({margin / span:.0%} of the {span:.3g} recognition range the fine-tunes span)"
     if ci_low > 0:
         text = "positive shift: recognition fine-tunes prefer their own summaries more than their recognition predicts"
     elif ci_high < 0:
         text = "negative shift: recognition fine-tunes prefer their own summaries less than their recognition predicts"
+    elif equivalent and math.isfinite(interaction_p) and interaction_p < ALPHA:
+        return (f"no common line: the shift is within {within} (TOST p = {equivalence_p:.3f}), but the interaction "
+                f"test rejects a common slope (p = {interaction_p:.3f})")
+    elif equivalent and not math.isfinite(interaction_p):
+        return (f"shift within {within} (TOST p = {equivalence_p:.3f}); whether the slopes agree is untested "
+                "(the interaction test has no p)")
     elif equivalent:
-        return f"one common line: the shift is within {within} (equivalent to 0)"
+        return (f"one common line: the shift is within {within} (TOST p = {equivalence_p:.3f}) and the interaction "
+                f"test does not reject a common slope (p = {interaction_p:.3f})")
     else:
         return f"inconclusive: neither a shift nor equivalence within {within}"
     return text + (f", though by less than {within}" if equivalent else "")
@@ -640,7 +655,8 @@ def _specificity_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> lis
     return problems
 
 
-def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margin: float) -> dict[str, Any]:
+def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margin: float, span: float = math.nan,
+                        interaction_p: float = math.nan) -> dict[str, Any]:
     """The shift and the common slope; their intervals, the TOST and the verdict unless ``no_interval``."""
     def vec(name: str) -> np.ndarray:
         return np.array([1.0 if k == name else 0.0 for k in names])
@@ -652,7 +668,7 @@ def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margi
     eq_p = tost_p(shift.estimate, shift.se, shift.df, margin)
     out.update(ci_low=shift.ci_low, ci_high=shift.ci_high, p=shift.p, slope_ci_low=slope.ci_low,
                slope_ci_high=slope.ci_high, equivalence_p=eq_p,
-               verdict=specificity_verdict(shift.ci_low, shift.ci_high, eq_p, margin))
+               verdict=specificity_verdict(shift.ci_low, shift.ci_high, eq_p, margin, span, interaction_p))
     return out
 
 
@@ -686,8 +702,13 @@ def fit_specificity(
     if problems:
         return SpecificityResult(**base, ok=False, note=f"not enough {kind} (n={n}; recognition fine-tunes "
                                  f"n={n_rec}, control fine-tunes n={n - n_rec}): " + "; ".join(problems))
+    # The interaction on the same points: "one common line" needs it not to reject a common slope.
+    interaction = fit_interaction(data, level=level, group_by=group_by, group=group, scale=scale,
+                                  recognition_tasks=recognition_tasks, cluster_col=cluster_col)
+    base["recognition_span"] = float(np.ptp(ft["recognition"].to_numpy(float)))
+    base["interaction_p"] = interaction.p
     fields = _specificity_fields(*_finetune_fit(ft, "preference ~ recognition + recognition_finetune", cluster_col),
-                                 base["margin"])
+                                 base["margin"], base["recognition_span"], interaction.p)
     # One point of a kind is its own distance from the other kind's line: its CI is that line's scatter alone.
     thin = [label for label, count in (("recognition", n_rec), ("control", n - n_rec)) if count == 1]
     note = "; ".join(f"one {label} fine-tune {kind[:-1]}: the shift is its distance from the other kind's line, "
