@@ -133,7 +133,8 @@ def test_a_judge_that_answers_every_question_alike_agrees_alike(compose_cfg, tmp
     assert agree["placebo_recognition"]["ci_low"] == pytest.approx(agree["preference_recognition"]["ci_low"])
     assert summary["placebo"]["alike"] is True and summary["placebo"]["setting"] == setting
     assert summary["placebo"]["accuracy"]["mean"] < 0.5  # it picks the shorter when asked for the longer
-    assert "the judge answers these questions alike" in capsys.readouterr().out
+    assert "not told apart, the judge may answer these questions alike (McNemar: no discordant item)" in \
+        capsys.readouterr().out
 
 
 def test_the_report_says_which_cells_mean_something(compose_cfg, tmp_path):

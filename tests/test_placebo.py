@@ -148,23 +148,34 @@ def test_agreement_counts_the_same_items_for_both_rates_with_wilson_intervals():
     block = summarize_placebo(stage, items, "pairwise", 0.95)
     assert block["n"] == 7 and block["n_ties"] == 1 and block["n_excluded"] == 1
     assert block["exclusions"] == {"low_answer_mass": 1} and block["accuracy"]["mean"] == pytest.approx(0.6)
-    assert block["alike"] is True  # placebo 5/6 >= preference 4/6 > 1/2
-    assert "the judge answers these questions alike" in format_placebo(block)
+    # Discordant: item 1 (only preference agrees), items 3 and 4 (only the placebo): McNemar p = 1.
+    assert (agree["preference_only"], agree["placebo_only"]) == (1, 2) and agree["mcnemar_p"] == pytest.approx(1.0)
+    assert block["alike"] is True  # preference 4/6 > 1/2, and McNemar does not tell the two agreements apart
+    assert "not told apart, the judge may answer these questions alike (McNemar p = 1)" in format_placebo(block)
 
 
-def test_alike_needs_a_link_to_explain():
+def test_alike_is_decided_by_mcnemars_test_not_by_the_point_rates():
     from selfpref_sweep.measurements.placebo.placebo_cell import answers_alike
 
-    def rates(pl, pref):
-        return {"placebo_recognition": {"rate": pl}, "preference_recognition": {"rate": pref}}
+    def block(n, pref, pref_only, placebo_only):
+        placebo = pref - pref_only + placebo_only
+        return {"n_agreement": n, "placebo_recognition": {"rate": placebo / n, "count": placebo},
+                "preference_recognition": {"rate": pref / n, "count": pref},
+                "preference_only": pref_only, "placebo_only": placebo_only}
 
-    assert answers_alike(rates(0.9, 0.8)) is True and answers_alike(rates(0.6, 0.8)) is False
-    assert answers_alike(rates(0.4, 0.3)) is None and answers_alike(rates(None, 0.8)) is None
+    # 39 vs 38 of 40 (one item apart): the point rates differ, the paired test cannot tell them apart.
+    assert answers_alike(block(40, 39, 1, 0)) is True
+    assert answers_alike(block(40, 36, 16, 0)) is False  # McNemar p = 3e-5: preference follows more closely
+    assert answers_alike(block(40, 30, 0, 8)) is True  # the placebo agrees more: alike, not apart
+    assert answers_alike(block(40, 20, 5, 0)) is None  # preference agrees on half: no link to explain
+    assert answers_alike({**block(40, 30, 0, 0), "placebo_recognition": {"rate": None}}) is None
     # the analysis reads its rows by the same rule
     readings = {True: Q.ALIKE, False: Q.APART, None: Q.NO_LINK}
-    for pl in range(11):
-        for pref in range(11):
-            assert Q._reading(10, pl, pref) == readings[answers_alike(rates(pl / 10, pref / 10))]
+    for pref in range(1, 11):
+        for pref_only in range(0, pref + 1):
+            for placebo_only in range(0, 11 - pref):
+                expected = readings[answers_alike(block(10, pref, pref_only, placebo_only))]
+                assert Q._reading(10, pref, pref_only, placebo_only) == expected
 
 
 def test_the_record_flattens_into_the_agreed_columns():
@@ -210,8 +221,9 @@ def test_the_report_section_reads_each_cell(compose_cfg, tmp_path, monkeypatch):
     md = result.report_md.read_text()
     assert f"## {Q.SECTION}" in md
     section = md.split(f"## {Q.SECTION}", 1)[1].split("\n## ", 1)[0]
-    assert "In 2 of 2 cell(s) with a placebo the placebo follows recognition as closely as preference does: there " \
-           "the recognition-preference link is the judge answering every question alike" in section
+    assert "In 2 of 2 cell(s) with a placebo McNemar's test does not tell the placebo's agreement with " \
+           "recognition from preference's: there the recognition-preference link may be the judge answering every " \
+           "question alike" in section
     assert "1 cell(s) have no placebo measured (1: judge.placebo=auto is off for the fake judge" in section
     table = result.tables[Q.NAME]
     assert list(table["level"]) == ["cell", "cell", "cell", "pooled"]
@@ -225,15 +237,15 @@ def test_slopes_and_agreement_from_item_frames():
     for c in range(2):
         cells.append({"cell_id": f"c{c}", "evaluator_variant": "e", "setting": "pairwise", "label": "none",
                       "source": f"s{c}", "dataset": "d", "pl_enabled": True, "pl_reason": "on"})
-        for i in range(12):
+        for i in range(40):  # enough discordant items for McNemar's test to see a placebo that is noise
             rec = rng.normal()
             rows.append({**cells[-1], "article_id": f"a{i}", "rec_logodds": rec,
                          "pref_logodds": 0.8 * rec + c + 0.1 * rng.normal(), "pl_logodds": 0.1 * rng.normal()})
     cells.append({**cells[0], "cell_id": "old", "pl_enabled": None})
     frame = Q.sensitivity_frame(pd.DataFrame(cells), pd.DataFrame(rows))
-    assert list(frame["level"]) == ["cell", "cell", "cell", "pooled"] and frame["n"].tolist()[:2] == [12, 12]
+    assert list(frame["level"]) == ["cell", "cell", "cell", "pooled"] and frame["n"].tolist()[:2] == [40, 40]
     pooled = frame.iloc[3]
     assert pooled["pref_slope"] == pytest.approx(0.8, abs=0.1) and pooled["pref_slope_ci_low"] > 0.5
     assert pooled["placebo_slope_ci_low"] < 0 < pooled["placebo_slope_ci_high"]
-    assert pooled["reading"] == Q.APART and pooled["n_agreement"] == 24
+    assert pooled["reading"] == Q.APART and pooled["n_agreement"] == 80 and pooled["mcnemar_p"] < 0.05
     assert frame.iloc[2]["reading"].startswith(f"{Q.NO_PLACEBO}: the cell records no placebo block")

@@ -37,6 +37,7 @@ from ...finetune import labels as L
 from ...records.schema import Item, verdict_of
 from ...stats.classifier_metrics import wilson
 from .. import CI_FIELDS, Measurement, Stage, block, estimate_text, number, numbers
+from . import placebo_rule
 
 FIELD = "placebo"  # the item's and summary.json's key
 OWN, OTHER, TIE = "own", "other", "tie"  # which summary the placebo question's right answer names
@@ -173,6 +174,11 @@ def _item_choices(record: Any, item: Optional[Item], questions: Sequence[str]) -
     return [choice(record.get("logodds")), *(choice(v.logodds) for v in verdicts)]
 
 
+def _finite(value: float) -> Optional[float]:
+    """A float for summary.json: null where it is not finite (JSON has no NaN)."""
+    return value if math.isfinite(value) else None
+
+
 def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: float) -> Dict[str, Any]:
     """How often the placebo's choice agrees with the recognition choice, and the preference choice with the
     recognition choice, on the same items: those with all three verdicts and a choice in each (an even answer
@@ -182,26 +188,31 @@ def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: flo
     asked = [q for q in ("recognition", "preference") if any(q in it.verdicts for it in items)]
     if "recognition" not in asked:
         return {"n_agreement": 0, "n_no_choice": 0, "placebo_recognition": proportion(0, 0, confidence),
-                "preference_recognition": proportion(0, 0, confidence)}
+                "preference_recognition": proportion(0, 0, confidence), "preference_only": 0, "placebo_only": 0,
+                "mcnemar_p": None}
     rows = [c for aid, r in records.items() for c in [_item_choices(r, by_id.get(aid), asked)] if c is not None]
     chosen = [c for c in rows if 0 not in c]
     placebo = sum(c[0] == c[1] for c in chosen)
     preference = sum(c[2] == c[1] for c in chosen) if "preference" in asked else 0
+    # The discordant items, for McNemar's paired test (placebo_rule): one of the two agrees, the other not.
+    pref_only = sum(c[2] == c[1] and c[0] != c[1] for c in chosen) if "preference" in asked else 0
+    placebo_only = sum(c[0] == c[1] and c[2] != c[1] for c in chosen) if "preference" in asked else 0
     return {"n_agreement": len(chosen), "n_no_choice": len(rows) - len(chosen),
             "placebo_recognition": proportion(placebo, len(chosen), confidence),
             "preference_recognition": proportion(preference, len(chosen) if "preference" in asked else 0,
-                                                 confidence)}
+                                                 confidence),
+            "preference_only": pref_only, "placebo_only": placebo_only,
+            "mcnemar_p": _finite(placebo_rule.mcnemar_p(pref_only, placebo_only)) if "preference" in asked else None}
 
 
 def answers_alike(agree: Mapping[str, Any]) -> Optional[bool]:
-    """Where preference follows recognition (agrees with it on more than half the items), whether the placebo
-    follows recognition at least as closely (point estimates, on the same items): True, the link is the judge
-    answering every question alike. None where either rate is missing, or where preference agrees with
-    recognition on half the items or fewer: then there is no link for the placebo to explain."""
+    """The verdict of placebo_rule.answers_alike on the agreement block (McNemar's exact test on the items
+    where exactly one of preference and the placebo agrees with recognition); None where a rate is missing."""
     pl, pref = agree["placebo_recognition"]["rate"], agree["preference_recognition"]["rate"]
-    if pl is None or pref is None or pref <= 0.5:
+    if pl is None or pref is None:
         return None
-    return bool(pl >= pref)
+    return placebo_rule.answers_alike(int(agree["n_agreement"]), int(agree["preference_recognition"]["count"]),
+                                      int(agree["preference_only"]), int(agree["placebo_only"]))
 
 
 def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confidence: float) -> Dict[str, Any]:
@@ -244,10 +255,12 @@ def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
     line = (f"{head}; agrees with recognition {estimate_text(block(agree, 'placebo_recognition'), 'rate')}, preference "
             f"agrees with recognition {estimate_text(block(agree, 'preference_recognition'), 'rate')} "
             f"(n={agree['n_agreement']})")
+    test = f"McNemar p = {agree['mcnemar_p']:.3g}" if isinstance(agree.get("mcnemar_p"), float) and \
+        math.isfinite(agree["mcnemar_p"]) else "McNemar: no discordant item"
     if summary_block.get("alike") is True:
-        line += ": the judge answers these questions alike"
+        line += f": not told apart, the judge may answer these questions alike ({test})"
     elif summary_block.get("alike") is False:
-        line += ": preference follows recognition more closely than the placebo does"
+        line += f": preference follows recognition more closely than the placebo does ({test})"
     return line
 
 

@@ -27,9 +27,10 @@ import numpy as np
 import pandas as pd
 
 from .. import flag, number
+from . import placebo_rule
 from ...stats.clustered import too_few_clusters
 from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
-from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_proportion
+from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from ...analysis.method_texts import method_text
 from ...analysis.report import ReportItem
 from ...analysis.units import key_frame
@@ -40,7 +41,7 @@ NAME = "question_sensitivity"  # the report item's (and its table's) name
 SECTION = "Does the judge read the question? A placebo question"
 NO_PLACEBO = "no placebo measured"
 _LOGODDS = ("rec_logodds", "pref_logodds", "pl_logodds")
-ALIKE = "the judge answers every question alike"
+ALIKE = "not told apart: the judge may answer every question alike"
 APART = "preference follows recognition more closely than the placebo does"
 NO_LINK = "no link to explain: preference agrees with recognition on half the items or fewer"
 
@@ -67,6 +68,9 @@ class SensitivityRow:
     n_agreement: int = 0  # items with a choice in all three questions
     placebo_agree: int = 0
     pref_agree: int = 0
+    preference_only: int = 0  # discordant items: preference agrees with recognition, the placebo does not
+    placebo_only: int = 0  # ... and the reverse
+    mcnemar_p: float = math.nan  # McNemar's exact test on them (placebo_rule), which decides the reading
     reading: str = ""  # ALIKE, APART, NO_LINK, or why there is no placebo
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,23 +98,22 @@ def _slope(df: pd.DataFrame, y: str) -> tuple[float, float, float, str]:
     return est.estimate, est.ci_low, est.ci_high, ""
 
 
-def _agreement(df: pd.DataFrame) -> tuple[int, int, int]:
-    """(items with a choice in all three, placebo agrees with recognition, preference agrees with it)."""
+def _agreement(df: pd.DataFrame) -> tuple[int, int, int, int, int]:
+    """(items with a choice in all three, placebo agrees with recognition, preference agrees with it, only
+    preference agrees, only the placebo agrees)."""
     signs = np.sign(df[list(_LOGODDS)].to_numpy(float))
     chosen = signs[np.all(signs != 0, axis=1)]
-    return len(chosen), int((chosen[:, 2] == chosen[:, 0]).sum()), int((chosen[:, 1] == chosen[:, 0]).sum())
+    placebo, pref = chosen[:, 2] == chosen[:, 0], chosen[:, 1] == chosen[:, 0]
+    return len(chosen), int(placebo.sum()), int(pref.sum()), int((pref & ~placebo).sum()), int((placebo & ~pref).sum())
 
 
-def _reading(n: int, placebo: int, pref: int) -> str:
-    """The row's plain reading. The rule is the cell's own summary's (placebo.answers_alike, which the analysis
-    does not import: the core's measurement modules reach the model backends; tests/test_placebo.py checks
-    that the two agree): where preference agrees with recognition on more than half the items, the judge
-    answers alike if the placebo agrees at least as often."""
+def _reading(n: int, pref: int, preference_only: int, placebo_only: int) -> str:
+    """The row's plain reading, by the cell's own rule (placebo_rule.answers_alike: McNemar's exact test on the
+    discordant items)."""
     if n == 0:
         return "no item with a choice in all three questions"
-    if pref / n <= 0.5:
-        return NO_LINK
-    return ALIKE if placebo >= pref else APART
+    alike = placebo_rule.answers_alike(n, pref, preference_only, placebo_only)
+    return NO_LINK if alike is None else ALIKE if alike else APART
 
 
 def fit_group(df: pd.DataFrame, row: SensitivityRow) -> SensitivityRow:
@@ -120,8 +123,9 @@ def fit_group(df: pd.DataFrame, row: SensitivityRow) -> SensitivityRow:
     row.no_interval = why
     (row.placebo_slope, row.placebo_slope_ci_low, row.placebo_slope_ci_high,
      row.placebo_no_interval) = _slope(df, "pl_logodds")
-    row.n_agreement, row.placebo_agree, row.pref_agree = _agreement(df)
-    row.reading = _reading(row.n_agreement, row.placebo_agree, row.pref_agree)
+    row.n_agreement, row.placebo_agree, row.pref_agree, row.preference_only, row.placebo_only = _agreement(df)
+    row.mcnemar_p = placebo_rule.mcnemar_p(row.preference_only, row.placebo_only)
+    row.reading = _reading(row.n_agreement, row.pref_agree, row.preference_only, row.placebo_only)
     return row
 
 
@@ -184,11 +188,15 @@ def sensitivity_table(data: Any) -> pd.DataFrame:
                                                                r.placebo_slope_ci_high, r.placebo_no_interval),
             "placebo agrees with recognition": fmt_proportion(r.placebo_agree, r.n_agreement) if measured else DASH,
             "preference agrees with recognition": fmt_proportion(r.pref_agree, r.n_agreement) if measured else DASH,
+            "McNemar p (only preference agrees / only the placebo)":
+                f"{fmt_p(r.mcnemar_p)} ({r.preference_only} / {r.placebo_only})" if measured and r.n_agreement
+                else DASH,
             "reading": r.reading})
     return pd.DataFrame(rows, columns=["level", "cell / group", "setting", "label", "items",
                                        "preference ~ recognition slope [95% CI]",
                                        "placebo ~ recognition slope [95% CI]", "placebo agrees with recognition",
-                                       "preference agrees with recognition", "reading"])
+                                       "preference agrees with recognition",
+                                       "McNemar p (only preference agrees / only the placebo)", "reading"])
 
 
 _WHAT_TEXT = method_text("question_sensitivity", PACKAGE)
@@ -206,12 +214,12 @@ def sensitivity_text(result: Any) -> str:
     if not measured:
         outcome = "No cell measured the placebo question, so this sweep cannot tell whether its judges read the question."
     elif alike:
-        outcome = (f"In {len(alike)} of {measured} cell(s) with a placebo the placebo follows recognition as "
-                   f"closely as preference does: there the recognition-preference link is the judge answering "
-                   f"every question alike ({'; '.join(alike)}).")
+        outcome = (f"In {len(alike)} of {measured} cell(s) with a placebo McNemar's test does not tell the "
+                   f"placebo's agreement with recognition from preference's: there the recognition-preference "
+                   f"link may be the judge answering every question alike ({'; '.join(alike)}).")
     else:
-        outcome = (f"In none of the {measured} cell(s) with a placebo does the placebo follow recognition as "
-                   f"closely as preference does.")
+        outcome = (f"In none of the {measured} cell(s) with a placebo does McNemar's test leave the placebo's "
+                   f"agreement with recognition indistinguishable from preference's.")
     if len(missing):
         reasons = missing["reading"].str.slice(len(NO_PLACEBO) + 2).value_counts()
         outcome += (f" {len(missing)} cell(s) have {NO_PLACEBO} (" +
