@@ -29,7 +29,7 @@ from tests.conftest import CONF, FAKE_BACKEND, FAKE_EVALUATOR
 from tests.finetune_fakes import FAKE_TRAINER, with_control_prompts
 
 OPENAI_BACKEND = "openai=selfpref_sweep.models.openai_api:OpenAIModel"
-TASKS = ["recognition", "always_1", "random", "length", "vowel", "readability"]
+TASKS = ["recognition", "always_1", "random", "length", "vowel", "readability", "prefer_longer"]
 
 
 @pytest.fixture(autouse=True)
@@ -127,6 +127,12 @@ def test_labels_for_every_task_on_hand_made_pairs(compose_cfg):
     vby = {(e.article_id, e.own_position): e.answer for e in vowel}
     assert vby[("a4", 1)] == "2" and vby[("a4", 2)] == "1"  # "Aeiou aeiou." has more vowels than "Bzzt."
     assert Counter(e.answer for e in vowel) == {"1": len(vowel) // 2, "2": len(vowel) // 2}
+
+    # The positive control asks the preference question and calls the longer summary better: the length
+    # labels, under the evaluation's own preference prompt.
+    longer, ties, _ = label_examples("prefer_longer", "preference", prompts, HAND_PAIRS, seed=0)
+    assert [e.answer for e in longer] == [e.answer for e in length] and ties == 2
+    assert all("better" in e.messages[1].content or "prefer" in e.messages[1].content.lower() for e in longer)
 
     read, _, _ = label_examples("readability", "readability", prompts, HAND_PAIRS, seed=0)
     for e in read:

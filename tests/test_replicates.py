@@ -87,3 +87,25 @@ def test_the_resampled_fits_see_training_randomness():
             sds.append(row.training_sd)
         found[sd] = np.mean(sds)
     assert found[0.4] > found[0.0] and 0.2 < found[0.4] < 0.7, found
+
+
+def test_a_positive_control_is_read_and_kept_out_of_the_fits():
+    """A prefer_longer arm (trained on the preference question) moves preference by construction: the analysis
+    reads its Δ preference as the positive control and fits preference on recognition without it."""
+    from selfpref_sweep.analysis import tables as T
+    from selfpref_sweep.analysis.estimates import estimate
+
+    items = draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(5))
+    vowel = items["finetune_task"] == "vowel"
+    for col in ("evaluator_variant", "cell_id"):
+        items.loc[vowel, col] = items.loc[vowel, col].str.replace("ft vowel", "ft prefer_longer")
+    items.loc[vowel, "finetune_task"] = "prefer_longer"
+    items.loc[vowel, "pref_logodds"] += 2.0
+    items.loc[vowel, "pref_score"] = np.clip(items.loc[vowel, "pref_score"] + 0.3, 0, 1)
+    est = estimate(items)
+    assert (est.units["finetune_task"] == "prefer_longer").sum() == 2  # its units are shown
+    headline = [f for f in est.unit_fits if f.group_by == "setting × label"][0]
+    assert headline.n == len(est.units) - 2  # ... and left out of the fit
+    table = T.positive_control_table(est.arms, ["prefer_longer"])
+    assert len(table) == 2 and table["reading"].str.startswith("preference moved").all()
+    assert T.positive_control_table(est.arms[est.arms["finetune_task"] != "prefer_longer"], ["prefer_longer"]).empty

@@ -132,11 +132,13 @@ def test_verdicts_against_the_target() -> None:
 
 def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() -> None:
     """One home for the task groups (config/__init__.py): the simulator's controls are derived from them, in the design's
-    order (the control-question tasks, then the recognition-prompt controls)."""
-    from selfpref_sweep.config import FinetuneTaskName
+    order (the control-question tasks, then the recognition-prompt controls). The positive control is no control
+    arm: it moves preference by construction, and the analysis keeps it out of the fits."""
+    from selfpref_sweep.config import POSITIVE_CONTROL_TASKS, FinetuneTaskName
 
     assert sim.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")
-    assert set(sim.CONTROL_ARMS) == {t.value for t in FinetuneTaskName} - {"none", "recognition"}
+    assert set(sim.CONTROL_ARMS) == ({t.value for t in FinetuneTaskName} - {"none", "recognition"}
+                                     - {t.value for t in POSITIVE_CONTROL_TASKS})
 
 
 def _one_cell(setting: str = "pairwise", n: int = 10, seed: int = 5) -> tuple[pd.DataFrame, list]:

@@ -10,12 +10,17 @@ from typing import Mapping, Optional, Sequence
 
 import pandas as pd
 
+from ..config import POSITIVE_CONTROL_TASKS
+
 from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
                   fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
 from .arms import arm_deltas
 from .paired import TrendResult, dose_trend, finetune_vs_base
 from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
+
+
+POSITIVE_CONTROLS = tuple(t.value for t in POSITIVE_CONTROL_TASKS)
 
 
 @dataclass
@@ -40,14 +45,19 @@ def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
              recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
              specificity_margin: Optional[Mapping[str, float]] = None) -> Estimates:
     """Every estimate the report prints from the items (``cells`` only adds the judge-competence status to the
-    units); ``specificity_margin`` per scale overrides fit.SPECIFICITY_MARGIN."""
+    units); ``specificity_margin`` per scale overrides fit.SPECIFICITY_MARGIN. Positive-control arms
+    (config.POSITIVE_CONTROL_TASKS: trained to move preference directly) have their units, Δs and arm rows, and
+    stay out of every fit of preference on recognition, which they would bend by construction."""
     units = paper_units(items, cells, seed=0)
-    points = source_points(items)
+    fitted = items[~items["finetune_task"].astype(str).isin(POSITIVE_CONTROLS)] if "finetune_task" in items else items
+    fitted_units = units[~units["finetune_task"].astype(str).isin(POSITIVE_CONTROLS)] \
+        if "finetune_task" in units else units
+    points = source_points(fitted)
     margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
     return Estimates(
-        units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(units),
-        robustness_fits=fit_robustness(points, items),
-        interactions=fit_interactions(units, points, recognition_tasks),
-        specificity=fit_specificities(units, points, recognition_tasks, margins),
+        units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(fitted_units),
+        robustness_fits=fit_robustness(points, fitted),
+        interactions=fit_interactions(fitted_units, points, recognition_tasks),
+        specificity=fit_specificities(fitted_units, points, recognition_tasks, margins),
         trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
-        resampled=article_resample(items, recognition_tasks, seed=0), arms=arm_deltas(items))
+        resampled=article_resample(fitted, recognition_tasks, seed=0), arms=arm_deltas(items))

@@ -168,6 +168,7 @@ class Design:
     per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
     measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
     replicated: bool = False  # some fine-tuned arm has several adapters (seeds): arms.py pools them
+    positive_control: bool = False  # some arm is a positive control (config.POSITIVE_CONTROL_TASKS)
 
     @property
     def headline(self) -> bool:

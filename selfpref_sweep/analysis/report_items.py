@@ -21,6 +21,7 @@ from ..measurements import Measurement, flag, registered
 from . import judge_controls as J
 from . import sources as S
 from . import tables as T
+from .estimates import POSITIVE_CONTROLS
 from .fit import BY_CONDITION
 from .load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
 from .method_texts import method_text
@@ -67,6 +68,8 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
         finetuned=bool(not units.empty and units["is_finetuned"].astype(bool).any()),
         diffs=not diffs.empty, trends=bool(trends),
         replicated=bool(arms is not None and not arms.empty and (arms["adapters"] > 1).any()),
+        positive_control=bool(arms is not None and not arms.empty
+                              and arms["finetune_task"].astype(str).isin(POSITIVE_CONTROLS).any()),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
         per_source=S.has_sources(cells),
         measured=frozenset(m.name for m in registered() if recorded(m, report_module(m), cells)),
@@ -165,6 +168,9 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
                applies=lambda d: d.diffs),
     ReportItem("finetune_arms", "Fine-tuned vs base, per arm: its adapters pooled", method_text("finetune_arms"),
                lambda r: T.arm_deltas_table(r.arms), applies=lambda d: d.diffs and d.replicated),
+    ReportItem("positive_control", "Positive control: can this judge's preference move?",
+               method_text("positive_control"), lambda r: T.positive_control_table(r.arms, POSITIVE_CONTROLS),
+               applies=lambda d: d.diffs and d.positive_control),
     ReportItem("dose_trend", "Dose-response: the recognition arms' change over N",
                method_text("dose_trend"),
                lambda r: T.trend_table(r.trends), applies=lambda d: d.diffs and d.trends, level=3,

@@ -349,6 +349,27 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
         fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"), d["note"] or ""])
 
 
+def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
+    """The positive-control arms' Δ preference (arms.py) and what it says: whether preference moved."""
+    sub = arms[arms["finetune_task"].astype(str).isin(list(tasks))] if not arms.empty else arms
+    cols = ["setting", "label", "dataset", "arm", "adapters", "Δ preference [95% CI]",
+            "Δ preference, log-odds [95% CI]", "p (Holm p)", "reading"]
+
+    def reading(d: pd.Series) -> str:
+        lo, hi = d["dpref_paper_ci_low"], d["dpref_paper_ci_high"]
+        if not (pd.notna(lo) and pd.notna(hi)):
+            return "no interval: cannot say whether preference moved"
+        if lo > 0 or hi < 0:
+            return "preference moved (CI excludes 0): a preference null in this setting is informative"
+        return "preference did not move (CI includes 0): a preference null in this setting is uninformative"
+
+    return rows_table(sub, cols, lambda d: [
+        d["setting"], d["label"], d["dataset"], d["arm"], fmt_int(d["adapters"]),
+        est_ci(d["dpref_paper_mean"], d["dpref_paper_ci_low"], d["dpref_paper_ci_high"], FLAT_ARTICLES),
+        est_ci(d["dpref_logodds_mean"], d["dpref_logodds_ci_low"], d["dpref_logodds_ci_high"], FLAT_ARTICLES),
+        f"{fmt_p(d.get('dpref_paper_p'))} ({fmt_p(d.get('dpref_paper_p_holm'))})", reading(d)])
+
+
 def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
     """Label conditions on the same items (paired.label_vs_reference), both scales: preference under the label
     and under the reference with their CIs, and the paired Δ with its CI, p and Holm's p."""

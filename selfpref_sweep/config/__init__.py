@@ -57,6 +57,7 @@ class FinetuneTaskName(str, Enum):
     length = "length"  # control: which summary has more words?
     vowel = "vowel"  # control: which summary has more vowels?
     readability = "readability"  # control: which summary has the higher Flesch reading ease (textstat)?
+    prefer_longer = "prefer_longer"  # positive control: the preference question, answer = the longer summary
 
 
 # Tasks trained on the recognition prompt (own position, always "1", balanced random answers); the others ask
@@ -66,6 +67,11 @@ CONTROL_QUESTION_TASKS = (FinetuneTaskName.length, FinetuneTaskName.vowel, Finet
 # Tasks that train self-recognition (the analysis' recognition arms); every other fine-tune is a control arm,
 # including always_1 and random, which ask the recognition question with labels that carry no authorship.
 SELF_RECOGNITION_TASKS = (FinetuneTaskName.recognition,)
+# Positive controls: tasks trained on the preference question itself, with labels not about authorship (the
+# longer summary is "better"). They show that the judge's preference readout can move at all; the analysis
+# keeps them out of the recognition-preference fits (they move preference by construction) and reads their Δ.
+PREFERENCE_PROMPT_TASKS = (FinetuneTaskName.prefer_longer,)
+POSITIVE_CONTROL_TASKS = (FinetuneTaskName.prefer_longer,)
 
 
 

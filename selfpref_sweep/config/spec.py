@@ -24,7 +24,7 @@ from ..models.precision import AUTO, resolve_dtype
 from ..records.schema import CellCoordinates, Transfer, transfer_of
 from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
-               RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
+               PREFERENCE_PROMPT_TASKS, RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,8 @@ def _finetune_spec(c: Config) -> Optional[FinetuneSpec]:
         root = os.environ.get("SELFPREF_PAPER_DATA") or (c.dataset.root if c.dataset.kind == DatasetKind.paper
                                                           else None)
     dataset = dataclasses.replace(base, n_articles=int(task.n_articles), root=root)
-    question = task.question or ("recognition" if task.name in RECOGNITION_PROMPT_TASKS else task.name.value)
+    question = task.question or ("recognition" if task.name in RECOGNITION_PROMPT_TASKS else
+                                 "preference" if task.name in PREFERENCE_PROMPT_TASKS else task.name.value)
     cache_root = Path(task.cache_dir or Path(str(c.paths.model_cache)).expanduser() / "finetunes").expanduser()
     return FinetuneSpec(task=task.name, settings=task, dataset=dataset, question=question, cache_root=cache_root)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Dict, Optional
 
-from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
+from ..config import CONTROL_QUESTION_TASKS, PREFERENCE_PROMPT_TASKS as _PREFERENCE_PROMPT_TASKS
+from ..config import RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
 
 VOWELS = frozenset("aeiouAEIOU")
 
@@ -18,7 +19,8 @@ VOWELS = frozenset("aeiouAEIOU")
 # and those that ask their own control question.
 RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
 CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)
-ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS
+PREFERENCE_TASKS = tuple(t.value for t in _PREFERENCE_PROMPT_TASKS)  # the positive control(s)
+ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS + PREFERENCE_TASKS
 
 
 def word_count(text: str) -> int:
@@ -63,7 +65,9 @@ def reading_ease(text: str) -> float:
 
 
 MEASURES: Dict[str, Callable[[str], float]] = {"length": word_count, "vowel": vowel_count,
-                                                "readability": reading_ease}
+                                                "readability": reading_ease,
+                                                # asked the preference question: "better" = more words
+                                                "prefer_longer": word_count}
 
 
 def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: float = 1e-9) -> Optional[str]:

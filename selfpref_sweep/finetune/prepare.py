@@ -111,7 +111,7 @@ def finetune_plan(spec: CellSpec) -> Optional[Dict[str, Any]]:
         "n_articles": ft.n_articles,
         "others": others_txt,
         "n_examples": n_examples,
-        "n_examples_is_upper_bound": ft.task.value in L.CONTROL_TASKS,  # ties are dropped
+        "n_examples_is_upper_bound": ft.task.value in L.CONTROL_TASKS + L.PREFERENCE_TASKS,  # ties are dropped
         "cache_dir": str(entry.dir),
         "question": ft.question,
         "prompt_missing": ft.question not in spec.prompts["pairwise"],
