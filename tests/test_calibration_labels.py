@@ -1,11 +1,40 @@
 """Rows whose interval or test missed its stated rate in the simulator's coverage study are printed with a
-label, never bare (analysis/calibration.py; the figures are in docs/coverage.md)."""
+label, never bare (analysis/calibration.py). The labels are derived from the coverage table as data
+(analysis/calibration.json, written by `simulate --coverage --out-json`): these tests feed planted tables and
+check the shipped one."""
 
+import pytest
+
+from selfpref_sweep.analysis import calibration as C
+from selfpref_sweep.analysis import resample as RS
 from selfpref_sweep.analysis import tables as T
 from selfpref_sweep.analysis.fit import (LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN,
                                          FitResult, SpecificityResult)
 
 POOLED, PER_DATASET = "setting × label", "setting × label × dataset"
+HOLDS, FAILS, MC = "holds", "does not hold", "within MC error"
+
+
+def rec(key, rate, verdict, kind="coverage", n=10):
+    return {"setting": "pairwise", "n_articles": n, "key": key, "kind": kind, "rate": rate, "se": 0.02,
+            "verdict": verdict}
+
+
+PLANTED = [
+    rec("slope|all|paper", 0.80, FAILS), rec("slope|all|logodds", 0.88, MC), rec("slope|all|paper", 0.94, HOLDS, n=20),
+    rec("slope|dataset|paper", 0.95, HOLDS), rec("slope|dataset|logodds", 0.94, HOLDS),
+    rec("src|dataset|paper", 0.82, FAILS), rec("mixed|all|paper", 0.45, FAILS),
+    rec("specificity|paper unit|all|paper", 0.20, FAILS, "size"),
+    rec("specificity|paper unit|transfer|paper", 0.09, MC, "size"),
+    rec("specificity|paper unit|transfer|logodds", 0.10, MC, "size"),
+    rec("rs|slope|paper unit|all|paper", 0.99, FAILS, n=20), rec("rs|slope|paper unit|all|paper", 0.96, MC),
+    rec("rs|shift|source|all|paper", 0.08, MC, "size"), rec("rs|shift|source|all|logodds", 0.02, MC, "size"),
+]
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    monkeypatch.setattr(C, "_shipped", lambda: tuple(PLANTED))
 
 
 def fit(group_by, level=LEVEL_UNIT, method=OLS_PLAIN, ok=True):
@@ -17,29 +46,59 @@ def labels(table):
     return list(table.get(T.CALIBRATION_COL, [""] * len(table)))
 
 
-def test_the_pooled_headline_is_labelled_where_it_pools_datasets():
+def test_the_pooled_headline_is_labelled_with_the_simulated_figures(planted):
     both = T.regression_table([fit(POOLED), fit(PER_DATASET), fit(PER_DATASET)])
     pooled, *per_dataset = labels(both)
-    assert "under-covers pooled over datasets" in pooled and "docs/coverage.md" in pooled
+    assert pooled == ("under-covers pooled over datasets: coverage 80-88% at 10 articles, 94% at 20 articles, "
+                      "for a nominal 95% (simulated, docs/coverage.md)")
     assert per_dataset == ["", ""]  # per dataset the paper unit's OLS held its coverage
     # One dataset: the pooled row is that dataset's points, which hold, so no label and no column.
     assert T.CALIBRATION_COL not in T.regression_table([fit(POOLED)])
 
 
-def test_source_level_and_mixed_model_rows_are_labelled_and_unfitted_rows_are_not():
+def test_source_level_and_mixed_model_rows_are_labelled_and_unfitted_rows_are_not(planted):
     table = T.regression_table([fit(PER_DATASET, LEVEL_SOURCE, OLS_BY_VARIANT),
                                 fit(PER_DATASET, LEVEL_SOURCE, MIXED_BY_VARIANT),
                                 fit(PER_DATASET, LEVEL_SOURCE, OLS_BY_VARIANT, ok=False)])
     clustered, mixed, unfitted = labels(table)
-    assert clustered.startswith("under-covers:") and "at 10 articles" in clustered
-    assert "far too narrow" in mixed and "descriptive only" in mixed
+    assert clustered.startswith("under-covers:") and "82% at 10 articles" in clustered
+    assert mixed.startswith("far too narrow") and "descriptive only" in mixed
     assert unfitted == ""
 
 
-def test_every_fitted_specificity_row_is_labelled():
+def test_a_test_is_labelled_when_it_fails_or_most_of_its_figures_miss_on_one_side(planted):
     rows = [SpecificityResult(level=LEVEL_UNIT, group_by=g, group="x", n=7, n_recognition=3, n_control=4, ok=ok,
                               shift=0.01, ci_low=-0.02, ci_high=0.04, p=0.4, margin=0.05)
             for g, ok in ((POOLED, True), (PER_DATASET, True), (PER_DATASET, False))]
     pooled, per_transfer, unfitted = labels(T.specificity_table(rows))
-    assert "over-rejects pooled over datasets" in pooled
-    assert per_transfer.startswith("over-rejects:") and unfitted == ""
+    assert pooled.startswith("over-rejects pooled over datasets: a true null was rejected in 20% of sweeps")
+    # Neither figure is wholly off its target, but both miss it upward: labelled.
+    assert per_transfer.startswith("over-rejects: a true null was rejected in 9-10% of sweeps") and unfitted == ""
+    # One figure above the target and one below, none wholly off: no label.
+    assert C.calibration_label("resampled shift", LEVEL_SOURCE, RS.RESAMPLE_CORRECTED, True) == ""
+    conservative = C.calibration_label("resampled slope", LEVEL_UNIT, RS.RESAMPLE_CORRECTED, True)
+    assert conservative.startswith("over-covers (conservative) pooled over datasets: coverage 96% at 10 articles, "
+                                   "99% at 20 articles")
+
+
+def test_without_the_data_file_nothing_is_labelled(monkeypatch):
+    monkeypatch.setattr(C, "_shipped", lambda: ())
+    assert C.calibration_label("fit", LEVEL_UNIT, OLS_PLAIN, True) == ""
+
+
+def test_the_shipped_table_labels_every_row_kind_it_shows_off_target():
+    records = C._shipped()
+    assert records, "selfpref_sweep/analysis/calibration.json is shipped with the package"
+    assert {r["kind"] for r in records} == {"coverage", "size"}
+    off = 0
+    for (what, level, method, pooled), _ in C.SCORED_BY:
+        scoring = C.scoring_rows(what, level or LEVEL_UNIT, method or OLS_PLAIN, bool(pooled))
+        label = C.calibration_label(what, level or LEVEL_UNIT, method or OLS_PLAIN, bool(pooled))
+        wholly_off = [r for r in scoring if r["verdict"] == FAILS]
+        if wholly_off:
+            off += 1
+            assert label and "docs/coverage.md" in label, (what, level, method, pooled)
+            # The label quotes the range of its figures.
+            assert f"{100 * min(r['rate'] for r in scoring):.0f}" in label
+            assert f"{100 * max(r['rate'] for r in scoring):.0f}" in label
+    assert off, "the shipped study finds some row off its target (the plain OLS headline, the MixedLM)"

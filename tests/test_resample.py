@@ -131,9 +131,22 @@ def test_the_report_table_shows_each_coefficient_by_its_chosen_method() -> None:
     assert "dataset term" in " ".join(table["articles (datasets)"])
 
 
-def test_resampled_rows_that_miss_their_target_carry_the_calibration_label() -> None:
-    """docs/coverage.md: the corrected source-level slope pooled over datasets under-covers in the individual
-    setting, the corrected shift over-rejects pooled at the source level; per dataset the slope holds."""
+def test_resampled_rows_that_miss_their_target_carry_the_calibration_label(monkeypatch) -> None:
+    """A planted coverage table (calibration.py reads it as data): the corrected source-level slope pooled over
+    datasets under-covers, the corrected shift over-rejects pooled at the source level; per dataset the slope
+    holds, and so does the interaction."""
+    from selfpref_sweep.analysis import calibration as C
+
+    def rec(key, rate, verdict, kind):
+        return {"setting": "individual", "n_articles": 10, "key": key, "kind": kind, "rate": rate, "se": 0.02,
+                "verdict": verdict}
+
+    monkeypatch.setattr(C, "_shipped", lambda: (
+        rec("rs|slope|source|all|paper", 0.85, "does not hold", "coverage"),
+        rec("rs|slope|source|dataset|paper", 0.95, "holds", "coverage"),
+        rec("rs|shift|source|all|paper", 0.13, "does not hold", "size"),
+        rec("rsols|interaction|paper unit|all|paper", 0.05, "holds", "size")))
+
     def row(what, level, group_by, method=RS.RESAMPLE_CORRECTED):
         return RS.ResampledFit(what=what, level=level, group_by=group_by, group="pairwise / none", scale="paper",
                                method=method, n=16, ok=True, estimate=1.0, ci_low=0.5, ci_high=1.5, p=0.01)

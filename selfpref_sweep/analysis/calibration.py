@@ -1,60 +1,117 @@
 """Labels for the report's rows whose interval or test does not hold its stated rate at the sizes sweeps run.
 
-The planted-bias simulator's coverage mode (`python -m selfpref_sweep.analysis.simulate --coverage`, its table in
-docs/coverage.md) measures every interval and test the report prints on sweeps with a known truth: the
-dose-response design, 10 and 20 articles per dataset, article effects shared by every variant, source and
-question. Where a row missed its target there (95% intervals covering 93-97%, 5% tests rejecting 3-7%), the
-report prints it with the label below instead of bare, so no reader takes it at its stated rate. Each label
-names what the simulation found, in words; the figures are in docs/coverage.md. Re-run the coverage mode after
-changing a method, and update this table with what it shows.
+The planted-bias simulator's coverage mode measures every interval and test the report prints on sweeps with
+a known truth (the dose-response design, 10 and 20 articles per dataset, article effects shared by every
+variant, source and question) and writes its table twice: as Markdown for readers (docs/coverage.md) and as
+data (calibration.json beside this module):
+
+    python -m selfpref_sweep.analysis.simulate --coverage --reps 100 --articles 10,20 --workers 2 \
+        --cache outputs/coverage_reps.jsonl --out-md docs/coverage.md \
+        --out-json selfpref_sweep/analysis/calibration.json
+
+Each kind of report row is scored by some rows of that table (SCORED_BY). Where they show it off its target
+(95% intervals covering 93-97%, 5% tests rejecting 3-7%), the report prints the row with a label that says, in
+words, what the simulation found, with the figures read from the data, instead of bare: so no reader takes it
+at its stated rate. A row is off when one of its simulated figures is wholly outside the target (Monte Carlo
+interval included), or when most of them lie outside it on the same side. Re-running the coverage mode after
+changing a method updates the labels; nothing here is typed by hand but which table rows score which report
+rows.
 """
 
 from __future__ import annotations
 
-from typing import Iterable
+import functools
+import json
+from importlib import resources
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from .fit import GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS
 
 POOLED = GROUPINGS[0][0]  # "setting × label": every dataset (or transfer condition) of a condition together
 SEE = "docs/coverage.md"
+DATA_FILE = "calibration.json"
+FAILS = "does not hold"  # coverage.FAILS (not imported: coverage.py pulls in the whole estimation)
+FAR_TOO_NARROW = 0.6  # an interval covering under 60% is read as descriptive only
 
-# (what, level, method, pooled over datasets) -> label; None matches either.
-_FOUND: tuple[tuple[tuple[str, str | None, str | None, bool | None], str], ...] = (
-    (("fit", LEVEL_UNIT, OLS_PLAIN, True),
-     f"under-covers pooled over datasets: about 77-89% at 10 articles, 88-95% at 20, for a nominal 95% "
-     f"(simulated, {SEE})"),
-    (("fit", LEVEL_SOURCE, OLS_BY_VARIANT, None),
-     f"under-covers: about 68-89% at 10 articles, 82-96% at 20, for a nominal 95% (simulated, {SEE})"),
-    (("fit", LEVEL_SOURCE, MIXED_BY_VARIANT, None),
-     f"far too narrow: about 35-50% coverage at 10 articles, 65-75% at 20, for a nominal 95%; descriptive only "
-     f"(simulated, {SEE})"),
-    (("specificity", None, None, True),
-     f"over-rejects pooled over datasets: a true 'one common line' was rejected in about 1 sweep in 5 at 10 "
-     f"articles, 1 in 6 to 1 in 10 at 20, for a nominal 1 in 20; read p and CI as descriptive (simulated, {SEE})"),
-    (("specificity", None, None, False),
-     f"over-rejects: a true 'one common line' was rejected in about 1 sweep in 10 at 10 and 20 articles, for a "
-     f"nominal 1 in 20 (simulated, {SEE})"),
-    # The joint article resample (resample.py), kind "resampled <coefficient>".
-    (("resampled slope", LEVEL_UNIT, RESAMPLE_CORRECTED, True),
-     f"over-covers in the pairwise setting at 20 articles (99%, conservative); 93-97% at 10 articles and 91-92% "
-     f"in the individual setting at 20, for a nominal 95% (simulated, {SEE})"),
-    (("resampled intercept", LEVEL_UNIT, RESAMPLE_CORRECTED, True),
-     f"over-covers in the pairwise setting at 20 articles (95-99%, conservative); 91-97% otherwise, for a "
-     f"nominal 95% (simulated, {SEE})"),
-    (("resampled slope", LEVEL_SOURCE, RESAMPLE_CORRECTED, True),
-     f"under-covers pooled over datasets in the individual setting: about 85-88% at 10 articles, 91% at 20 "
-     f"(92-95% pairwise), for a nominal 95% (simulated, {SEE})"),
-    (("resampled shift", LEVEL_SOURCE, RESAMPLE_CORRECTED, True),
-     f"over-rejects pooled over datasets: a true 'one common line' was rejected in 5-13% of sweeps at 10 "
-     f"articles, 8-12% at 20, for a nominal 5% (simulated, {SEE})"),
-    (("resampled shift", LEVEL_UNIT, RESAMPLE_CORRECTED, True),
-     f"may over-reject pooled over datasets: a true 'one common line' was rejected in 7-10% of sweeps at 10 "
-     f"articles (2-7% at 20), for a nominal 5% (simulated, {SEE})"),
-    (("resampled interaction", None, RESAMPLE_OLS, False),
-     f"conservative per transfer condition: a true null was rejected in 0-5.5% of sweeps, for a nominal 5% "
-     f"(simulated, {SEE})"),
+# (what, level, method, pooled over datasets) -> the coverage table's row keys (prefixes) that score it; None
+# matches either. "what": "fit" (fit.FitResult), "specificity", or "resampled <coefficient>" (resample.py).
+SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]], tuple[str, ...]], ...] = (
+    (("fit", LEVEL_UNIT, OLS_PLAIN, True), ("slope|all|", "intercept|all|")),
+    (("fit", LEVEL_UNIT, OLS_PLAIN, False), ("slope|dataset|", "intercept|dataset|")),
+    (("fit", LEVEL_SOURCE, OLS_BY_VARIANT, True), ("src|all|",)),
+    (("fit", LEVEL_SOURCE, OLS_BY_VARIANT, False), ("src|dataset|",)),
+    (("fit", LEVEL_SOURCE, MIXED_BY_VARIANT, None), ("mixed|all|",)),
+    (("specificity", LEVEL_UNIT, None, True), ("specificity|paper unit|all|",)),
+    (("specificity", LEVEL_UNIT, None, False), ("specificity|paper unit|transfer|",)),
+    (("specificity", LEVEL_SOURCE, None, True), ("specificity|source|all|",)),
+    (("specificity", LEVEL_SOURCE, None, False), ("specificity|source|transfer|",)),
+    *((((f"resampled {what}", level, method, pooled),
+        (f"{tag}|{what}|{level}|{'all' if pooled else grouping}|",))
+       for method, tag in ((RESAMPLE_CORRECTED, "rs"), (RESAMPLE_OLS, "rsols"))
+       for what, levels, grouping in (("slope", (LEVEL_UNIT, LEVEL_SOURCE), "dataset"),
+                                      ("intercept", (LEVEL_UNIT,), "dataset"),
+                                      ("shift", (LEVEL_UNIT, LEVEL_SOURCE), "transfer"),
+                                      ("interaction", (LEVEL_UNIT, LEVEL_SOURCE), "transfer"))
+       for level in levels for pooled in (True, False))),
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _shipped() -> tuple[dict[str, Any], ...]:
+    """The shipped coverage table's rows (none when the file is absent: no labels)."""
+    try:
+        text = resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    return tuple(json.loads(text)["rows"])
+
+
+def _side(row: Mapping[str, Any], targets: Mapping[str, Sequence[float]]) -> int:
+    """-1 below the target, +1 above, 0 inside (the point rate)."""
+    lo, hi = targets[row["kind"]]
+    return -1 if row["rate"] < lo else 1 if row["rate"] > hi else 0
+
+
+def _span(rates: Iterable[float]) -> str:
+    values = sorted(100 * r for r in rates)
+    lo, hi = values[0], values[-1]
+    return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
+
+
+def describe(rows: Sequence[Mapping[str, Any]], pooled: bool,
+             targets: Mapping[str, Sequence[float]] = (("coverage", (0.93, 0.97)), ("size", (0.03, 0.07)))) -> str:
+    """The label for a report row scored by ``rows`` (coverage-table records), or "" where they show it at its
+    stated rate."""
+    targets = dict(targets)
+    if not rows:
+        return ""
+    sides = [_side(r, targets) for r in rows]
+    failed = [s for r, s in zip(rows, sides) if r["verdict"] == FAILS and s]
+    outside = [s for s in sides if s]
+    if failed:
+        side = max(set(failed), key=failed.count)
+    elif len(outside) * 2 > len(rows) and len(set(outside)) == 1:
+        side = outside[0]
+    else:
+        return ""
+    kind = rows[0]["kind"]
+    where = " pooled over datasets" if pooled else ""
+    if kind == "coverage":
+        low = min(r["rate"] for r in rows)
+        word = ("far too narrow" if low < FAR_TOO_NARROW else "under-covers") if side < 0 else \
+            "over-covers (conservative)"
+    else:
+        word = "over-rejects" if side > 0 else "conservative (rejects less often than stated)"
+    by_n: dict[int, list[float]] = {}
+    for r in rows:
+        by_n.setdefault(int(r["n_articles"]), []).append(float(r["rate"]))
+    unit = "" if kind == "coverage" else " of sweeps"
+    figures = ", ".join(f"{_span(v)}{unit} at {n} articles" for n, v in sorted(by_n.items()))
+    what = "coverage" if kind == "coverage" else "a true null was rejected in"
+    nominal = "95%" if kind == "coverage" else "5%"
+    tail = "; descriptive only" if word == "far too narrow" else ""
+    return f"{word}{where}: {what} {figures}, for a nominal {nominal}{tail} (simulated, {SEE})"
 
 
 def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
@@ -63,11 +120,18 @@ def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
     return group_by == POOLED and any(g != POOLED for g in groupings)
 
 
-def calibration_label(what: str, level: str, method: str, pooled: bool) -> str:
-    """The label of a row of kind ``what`` ("fit", "specificity" or "resampled <coefficient>", e.g. "resampled
-    slope"), or "" where the simulation found it at its
-    stated rate (or did not measure it)."""
-    for (kind, lvl, meth, pool), label in _FOUND:
+def scoring_rows(what: str, level: str, method: str, pooled: bool,
+                 records: Optional[Sequence[Mapping[str, Any]]] = None) -> list[Mapping[str, Any]]:
+    """The coverage-table records (default: the shipped ones) that score a report row of this kind."""
+    records = _shipped() if records is None else records
+    for (kind, lvl, meth, pool), prefixes in SCORED_BY:
         if kind == what and lvl in (None, level) and meth in (None, method) and pool in (None, pooled):
-            return label
-    return ""
+            return [r for r in records if any(str(r["key"]).startswith(p) for p in prefixes)]
+    return []
+
+
+def calibration_label(what: str, level: str, method: str, pooled: bool,
+                      records: Optional[Sequence[Mapping[str, Any]]] = None) -> str:
+    """The label of a row of kind ``what`` ("fit", "specificity" or "resampled <coefficient>", e.g. "resampled
+    slope"), or "" where the simulation found it at its stated rate (or did not measure it)."""
+    return describe(scoring_rows(what, level, method, pooled, records), pooled)

@@ -452,6 +452,25 @@ def coverage_table(records: Iterable[Mapping[str, Any]]) -> dict[str, pd.DataFra
     return out
 
 
+def table_records(tables: Mapping[str, pd.DataFrame], command: str = "") -> dict[str, Any]:
+    """The tables as data (calibration.py reads them to label the report's rows): per setting, row and article
+    count its key, label, kind, rate, Monte Carlo SE, verdict, trials and reps."""
+    rows = []
+    by_label = {r.label: r for r in ROWS}
+    for setting, df in tables.items():
+        for _, line in df.iterrows():
+            row = by_label[line["row"]]
+            for col in [c for c in df.columns if c.endswith(" articles")]:
+                cell = line[col]
+                if isinstance(cell, Cell) and math.isfinite(cell.rate):
+                    rows.append({"setting": setting, "n_articles": int(col.split()[0]), "key": row.key,
+                                 "label": row.label, "kind": row.kind, "rate": cell.rate,
+                                 "se": cell.se if math.isfinite(cell.se) else None, "verdict": cell.verdict,
+                                 "trials": cell.trials, "no_interval": cell.no_interval,
+                                 "reps": int(line[f"reps at {col.split()[0]}"])})
+    return {"command": command, "targets": {k: list(v) for k, v in TARGETS.items()}, "rows": rows}
+
+
 def markdown(tables: Mapping[str, pd.DataFrame], header: str) -> str:
     """The tables as Markdown, one per setting."""
     lines = [header, ""]

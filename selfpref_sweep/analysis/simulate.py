@@ -44,7 +44,7 @@ from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS
 from ..models.base import AnswerDistribution
 from ..records.schema import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
                               Verdict, transfer_of)
-from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, true_fits
+from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, table_records, true_fits
 from .fit import GROUPINGS, fit_formula
 from .load import evaluator_variant
 from .units import kept_items, unit_means
@@ -598,11 +598,16 @@ def coverage_main(args: argparse.Namespace, command: str) -> int:
     start = time.perf_counter()
     records = run_coverage(design, settings, counts, args.reps, seed=args.seed, workers=args.workers,
                            cache=args.cache)
-    text = markdown(coverage_table(records), coverage_header(design, command, time.perf_counter() - start))
+    tables = coverage_table(records)
+    text = markdown(tables, coverage_header(design, command, time.perf_counter() - start))
     print(text)
     if args.out_md is not None:
         args.out_md.parent.mkdir(parents=True, exist_ok=True)
         args.out_md.write_text(text, encoding="utf-8")
+    if args.out_json is not None:  # the figures as data: calibration.py labels the report's rows from them
+        args.out_json.parent.mkdir(parents=True, exist_ok=True)
+        payload = {**table_records(tables, command), "design": asdict(design)}
+        args.out_json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
@@ -738,6 +743,9 @@ def _add_coverage_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--cache", type=Path, default=None,
                    help="JSONL of finished reps: reused and appended to, so a run resumes or adds reps")
     c.add_argument("--out-md", type=Path, default=None, help="also write the table to this Markdown file")
+    c.add_argument("--out-json", type=Path, default=None,
+                   help="also write the table as data (the report's calibration labels read "
+                        "selfpref_sweep/analysis/calibration.json)")
 
 
 def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
