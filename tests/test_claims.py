@@ -147,7 +147,12 @@ def test_two_nodes_sharing_a_sweep_folder_do_each_cell_once(tmp_path):
     cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
            "source=human,fake_other", "dataset.n_articles=4", "show_progress=false",
            "hydra.callbacks.analysis.enabled=false", f"hydra.sweep.dir={sweep}"]
-    nodes = [subprocess.Popen(cmd, cwd=REPO, env=env_for(tmp_path / f"node{i}.sqlite", FAKE_DELAY_S="0.05"),
+    # The waiting launch polls the claim every min(2 s, heartbeat): at the default 2 s it could learn that cell 0
+    # was done only after the other launch had finished cell 1 too (about 1 s of calls), and a launch that comes
+    # to a finished cell without having waited for it runs it again (its own store has none of the calls). A
+    # fast heartbeat keeps the two launches overlapping, which is what this test is about.
+    nodes = [subprocess.Popen(cmd, cwd=REPO, env=env_for(tmp_path / f"node{i}.sqlite", FAKE_DELAY_S="0.05",
+                                                         SELFPREF_CLAIM_HEARTBEAT_S="0.2"),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
     outs = [p.communicate(timeout=600) for p in nodes]
     assert [p.returncode for p in nodes] == [0, 0], [o[1][-2000:] for o in outs]
