@@ -243,7 +243,8 @@ def read(cell: pd.Series) -> Optional[bool]:
 
 
 def alike(cell: pd.Series) -> Optional[bool]:
-    """The cell's summary.json reading: the placebo follows recognition at least as often as preference does."""
+    """The cell's summary.json reading: McNemar's test does not tell the placebo's agreement with recognition from
+    preference's (placebo_rule)."""
     return flag(cell.get("pl_alike"))
 
 
