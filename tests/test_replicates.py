@@ -69,6 +69,13 @@ def test_the_arms_table_pools_an_arms_seeds():
     arms = arm_deltas(draw_items(spec, np.random.default_rng(0)))
     assert len(arms) == 7 * 2 and set(arms["adapters"]) == {3} and (arms["note"] == "").all()
     assert arms["dpref_logodds_training_sd"].notna().all()
+    # An adapter without the log-odds scale: the arm's log-odds Δ comes from the other two, and the row says so.
+    items = draw_items(spec, np.random.default_rng(0))
+    items.loc[items["evaluator_variant"].str.endswith("n=10] [seed=2]"), ["rec_logodds", "pref_logodds"]] = np.nan
+    partial = arm_deltas(items)
+    noted = partial[partial["arm"].str.endswith("n=10]")]
+    assert noted["note"].str.contains("Δrec logodds from 2 of 3 adapters").all()
+    assert not partial.loc[~partial["arm"].str.endswith("n=10]"), "note"].str.contains("of 3 adapters").any()
     single = arm_deltas(draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(0)))
     assert set(single["adapters"]) == {1} and single["note"].str.contains("not training randomness").all()
 

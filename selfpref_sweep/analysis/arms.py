@@ -55,10 +55,16 @@ def arm_deltas(items: pd.DataFrame) -> pd.DataFrame:
                                "adapters": len(adapters),
                                "n_articles": max(int(r["n_articles"]) for r, _ in adapters),
                                "note": ONE_ADAPTER if len(adapters) == 1 else ""}
+        short = []
         for scale in SCALES:
             for q in QUESTION_PREFIXES:
-                fields = pooled_delta([f[(q, scale)] for _, f in adapters])
+                frames = [f[(q, scale)] for _, f in adapters]
+                fields = pooled_delta(frames)
                 row.update({f"d{q}_{scale}_{k}": v for k, v in fields.items()})
+                present = sum(1 for f in frames if len(f))
+                if 0 < present < len(frames):  # pooled over fewer adapters than the arm has: say so
+                    short.append(f"Δ{q} {scale} from {present} of {len(frames)} adapters")
+        row["note"] = "; ".join([n for n in (row["note"], *short) if n])
         rows.append(row)
     out = with_holm(pd.DataFrame(rows, columns=ARM_COLUMNS))
     return out.sort_values([*ARM_KEYS[:-1], "finetune_task", "finetune_n_articles", "arm"],
