@@ -75,6 +75,10 @@ def test_the_arms_table_pools_an_arms_seeds():
     partial = arm_deltas(items)
     noted = partial[partial["arm"].str.endswith("n=10]")]
     assert noted["note"].str.contains("Δrec logodds from 2 of 3 adapters").all()
+    # ... and its mean is the other two adapters' mean, not pulled toward 0 by the missing one.
+    two = arm_deltas(items[~items["evaluator_variant"].str.endswith("n=10] [seed=2]")])
+    assert np.allclose(noted["drec_logodds_mean"].to_numpy(),
+                       two[two["arm"].str.endswith("n=10]")]["drec_logodds_mean"].to_numpy())
     assert not partial.loc[~partial["arm"].str.endswith("n=10]"), "note"].str.contains("of 3 adapters").any()
     single = arm_deltas(draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(0)))
     assert set(single["adapters"]) == {1} and single["note"].str.contains("not training randomness").all()

@@ -86,6 +86,8 @@ def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights
 
 
 def pooled_delta(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
-    """The mean Δ of k replicates of one treatment (replicate_contrast with weights 1/k)."""
-    k = len(frames)
-    return replicate_contrast(frames, [0] * k, [1.0 / k] * k if k else [])
+    """The mean Δ of the replicates of one treatment that have data (replicate_contrast, weights 1/k over them:
+    a replicate without values does not pull the mean toward 0)."""
+    present = [f for f in frames if len(f)]
+    k = len(present)
+    return replicate_contrast(present, [0] * k, [1.0 / k] * k)
