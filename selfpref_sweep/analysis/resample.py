@@ -62,8 +62,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import linalg, stats
+from scipy import linalg
 
+from ..stats.replicates import two_part_t
 from .fit import ALPHA, LEVEL_SOURCE, LEVEL_UNIT, RECOGNITION_TASKS, condition_groups
 from .units import SCALES, UNIT_KEYS, kept_items, key_frame
 
@@ -288,16 +289,8 @@ class _Partialled:
 def _interval(est: float, draws: np.ndarray, df: float, v_train: float = 0.0, df_train: float = math.inf
               ) -> dict[str, float]:
     """est ± t × SE, SE² the draws' variance plus ``v_train`` (training randomness), t on the two parts'
-    Welch-Satterthwaite degrees of freedom (df alone when v_train is 0)."""
-    v_art = float(np.var(draws, ddof=1))
-    se = math.sqrt(v_art + v_train) if v_art + v_train >= 0 else math.nan
-    if v_train > 0:
-        df = (v_art + v_train) ** 2 / (v_art ** 2 / df + v_train ** 2 / df_train)
-    if not (se > 0 and df > 0 and math.isfinite(est)):
-        return dict(se=se)
-    t = float(stats.t.ppf(1 - ALPHA / 2, df))
-    return dict(se=se, df=df, ci_low=est - t * se, ci_high=est + t * se,
-                p=float(2 * stats.t.sf(abs(est) / se, df)))
+    Welch-Satterthwaite degrees of freedom (df alone when v_train is 0): stats.replicates.two_part_t."""
+    return two_part_t(est, float(np.var(draws, ddof=1)), df, v_train, df_train, 1 - ALPHA)
 
 
 def _training_variance(solve: Any, x: np.ndarray, y: np.ndarray, F: np.ndarray, a: np.ndarray,

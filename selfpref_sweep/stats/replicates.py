@@ -75,14 +75,23 @@ def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights
         tau2 = max(0.0, (spread - noise) / df_tau)
         v_train, df_train = tau2 * float(w @ w), df_tau
         out["training_sd"] = math.sqrt(tau2)
-    total = v_art + v_train
-    if not (total > 0 and df_art > 0):
-        return out
-    df = total ** 2 / (v_art ** 2 / df_art + (v_train ** 2 / df_train if v_train > 0 else 0.0))
-    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(total)
-    out.update(ci_low=out["mean"] - half, ci_high=out["mean"] + half, df=df,
-               p=float(2 * stats.t.sf(abs(out["mean"]) / math.sqrt(total), df)))
+    interval = two_part_t(out["mean"], v_art, df_art, v_train, df_train, confidence)
+    out.update({k: v for k, v in interval.items() if k != "se"})
     return out
+
+
+def two_part_t(est: float, v_art: float, df_art: float, v_train: float = 0.0, df_train: float = math.inf,
+               confidence: float = 1 - ALPHA) -> dict[str, float]:
+    """est ± t × SE, SE² = v_art (articles, on df_art) + v_train (training randomness, on df_train), t on the two
+    parts' Welch-Satterthwaite df (df_art alone when v_train is 0). Returns se, and df, ci_low, ci_high and p
+    where an interval exists."""
+    total = v_art + v_train
+    se = math.sqrt(total) if total >= 0 else math.nan
+    if not (se > 0 and df_art > 0 and math.isfinite(est)):
+        return dict(se=se)
+    df = total ** 2 / (v_art ** 2 / df_art + v_train ** 2 / df_train) if v_train > 0 else df_art
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    return dict(se=se, df=df, ci_low=est - half, ci_high=est + half, p=float(2 * stats.t.sf(abs(est) / se, df)))
 
 
 def pooled_delta(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
