@@ -99,4 +99,4 @@ def pooled_delta(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
     a replicate without values does not pull the mean toward 0)."""
     present = [f for f in frames if len(f)]
     k = len(present)
-    return replicate_contrast(present, [0] * k, [1.0 / k] * k)
+    return replicate_contrast(present, [0] * k, [1.0 / k] * k if k else [])
