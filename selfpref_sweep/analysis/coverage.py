@@ -360,9 +360,10 @@ def true_fits(truth: Truth) -> dict[str, list]:
             pts = pd.DataFrame({"recognition": sub[f"rec_{scale}"].to_numpy(float),
                                 "preference": sub[f"pref_{scale}"].to_numpy(float)})
             source.append(fit_formula(pts, level=LEVEL_SOURCE, group_by=name, group=group, scale=scale))
+    interactions = fit_interactions(truth.units, truth.points, RECOGNITION_TASKS)
     return {"headline": fit_paper_units(truth.units), "source": source,
-            "specificity": fit_specificities(truth.units, truth.points, RECOGNITION_TASKS),
-            "interaction": fit_interactions(truth.units, truth.points, RECOGNITION_TASKS),
+            "specificity": fit_specificities(truth.units, truth.points, RECOGNITION_TASKS, None, interactions),
+            "interaction": interactions,
             "resampled": true_resampled(truth.units, truth.points, RECOGNITION_TASKS)}
 
 

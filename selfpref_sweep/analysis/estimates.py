@@ -11,10 +11,9 @@ from typing import Mapping, Optional, Sequence
 import pandas as pd
 
 from ..config import POSITIVE_CONTROL_TASKS
-
+from .arms import arm_deltas
 from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
                   fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
-from .arms import arm_deltas
 from .paired import TrendResult, dose_trend, finetune_vs_base
 from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
@@ -54,10 +53,10 @@ def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
         if "finetune_task" in units else units
     points = source_points(fitted)
     margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
+    interactions = fit_interactions(fitted_units, points, recognition_tasks)
     return Estimates(
         units=units, points=points, diffs=finetune_vs_base(items, seed=0), unit_fits=fit_paper_units(fitted_units),
-        robustness_fits=fit_robustness(points, fitted),
-        interactions=fit_interactions(fitted_units, points, recognition_tasks),
-        specificity=fit_specificities(fitted_units, points, recognition_tasks, margins),
+        robustness_fits=fit_robustness(points, fitted), interactions=interactions,
+        specificity=fit_specificities(fitted_units, points, recognition_tasks, margins, interactions),
         trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
         resampled=article_resample(fitted, recognition_tasks, seed=0), arms=arm_deltas(items))

@@ -682,6 +682,7 @@ def fit_specificity(
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
     cluster_col: Optional[str] = None,
     margin: Optional[float] = None,
+    interaction: Optional[InteractionResult] = None,
 ) -> SpecificityResult:
     """The causal question at matched recognition: the recognition_finetune coefficient of
     ``preference ~ recognition + recognition_finetune`` (one common slope) over fine-tuned points, with a
@@ -702,9 +703,11 @@ def fit_specificity(
     if problems:
         return SpecificityResult(**base, ok=False, note=f"not enough {kind} (n={n}; recognition fine-tunes "
                                  f"n={n_rec}, control fine-tunes n={n - n_rec}): " + "; ".join(problems))
-    # The interaction on the same points: "one common line" needs it not to reject a common slope.
-    interaction = fit_interaction(data, level=level, group_by=group_by, group=group, scale=scale,
-                                  recognition_tasks=recognition_tasks, cluster_col=cluster_col)
+    # The interaction on the same points (``interaction``, where the caller has fitted it already): "one common
+    # line" needs it not to reject a common slope.
+    if interaction is None:
+        interaction = fit_interaction(data, level=level, group_by=group_by, group=group, scale=scale,
+                                      recognition_tasks=recognition_tasks, cluster_col=cluster_col)
     base["recognition_span"] = float(np.ptp(ft["recognition"].to_numpy(float)))
     base["interaction_p"] = interaction.p
     fields = _specificity_fields(*_finetune_fit(ft, "preference ~ recognition + recognition_finetune", cluster_col),
@@ -718,11 +721,14 @@ def fit_specificity(
 
 def fit_specificities(
     units: pd.DataFrame, points: pd.DataFrame, recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-    margins: Optional[Mapping[str, float]] = None,
+    margins: Optional[Mapping[str, float]] = None, interactions: Sequence[InteractionResult] = (),
 ) -> list[SpecificityResult]:
     """The specificity test at the paper unit (OLS) and the source level (clustered by evaluator variant),
-    per setting × label and per transfer condition, both scales; ``margins`` per scale (SPECIFICITY_MARGIN)."""
+    per setting × label and per transfer condition, both scales; ``margins`` per scale (SPECIFICITY_MARGIN).
+    ``interactions``: fit_interactions' results on the same points, which the verdicts read (fitted here where
+    absent)."""
     margins = {**SPECIFICITY_MARGIN, **(margins or {})}
+    fitted = {(r.level, r.group_by, r.group, r.scale): r for r in interactions}
     out: list[SpecificityResult] = []
     for level, name, group, scale, data, cluster in _finetune_groups(units, points):
         if data is None:
@@ -731,5 +737,5 @@ def fit_specificities(
             continue
         out.append(fit_specificity(data, level=level, group_by=name, group=group, scale=scale,
                                    recognition_tasks=recognition_tasks, cluster_col=cluster,
-                                   margin=margins.get(scale)))
+                                   margin=margins.get(scale), interaction=fitted.get((level, name, group, scale))))
     return out
