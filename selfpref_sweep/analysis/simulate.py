@@ -139,10 +139,6 @@ class Variant:
     position_bias: float = 1.0
     seed: Optional[int] = None  # the fine-tune's seed, where an arm has several adapters
 
-    @property
-    def arm(self) -> tuple[str, Optional[int]]:
-        return self.finetune_task, self.finetune_n_articles
-
     def name(self, spec: SimulationSpec) -> str:
         """The analysis' evaluator_variant: load.py tells adapters that differ only in their seed apart as
         "… [seed=s]"."""
@@ -248,8 +244,9 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
     thousands of sweeps."""
     n = spec.n_articles if n_articles is None else n_articles
     columns: dict[str, list] = {}
+    named = [(v, v.name(spec)) for v in variants(spec)]
     # Drawn only when planted, so a design without training randomness keeps its random stream.
-    adapter_deviations = ({v.name(spec): float(rng.normal(0.0, spec.adapter_sd)) for v in variants(spec)
+    adapter_deviations = ({name: float(rng.normal(0.0, spec.adapter_sd)) for v, name in named
                            if v.finetune_task != "none"} if spec.adapter_sd > 0 else {})
 
     def add(name: str, values: Any) -> None:
@@ -261,11 +258,10 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
         effects = {q: rng.normal(0.0, spec.article_sd, n) for q in (*QUESTIONS, "competence")}
         if spec.shared_article_effect:  # an article easy to recognize is as easy to prefer
             effects["preference"] = effects["recognition"]
-        for v in variants(spec):
-            deviation_of_adapter = adapter_deviations.get(v.name(spec), 0.0)
+        for v, name in named:
+            deviation_of_adapter = adapter_deviations.get(name, 0.0)
             for source in spec.sources:
                 coords = asdict(v.coordinates(spec, source, dataset))
-                name = v.name(spec)
                 for key, value in {**coords, "evaluator_variant": name, "own_summaries": "",
                                    "is_finetuned": v.finetune_task != "none",
                                    "cell_id": f"{name}|{source}|{dataset}"}.items():
