@@ -58,13 +58,22 @@ SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]],
 
 
 @functools.lru_cache(maxsize=None)
-def _shipped() -> tuple[dict[str, Any], ...]:
-    """The shipped coverage table's rows (none when the file is absent: no labels)."""
+def _data() -> dict[str, Any]:
+    """The shipped coverage table (empty when the file is absent: no labels)."""
     try:
-        text = resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8")
+        return json.loads(resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return ()
-    return tuple(json.loads(text)["rows"])
+        return {}
+
+
+def _shipped() -> tuple[dict[str, Any], ...]:
+    """The shipped table's rows."""
+    return tuple(_data().get("rows", ()))
+
+
+def _targets() -> dict[str, Sequence[float]]:
+    """The targets the table was scored against (coverage.TARGETS, as the study wrote them)."""
+    return dict(_data().get("targets", {}))
 
 
 def _side(row: Mapping[str, Any], targets: Mapping[str, Sequence[float]]) -> int:
@@ -79,11 +88,9 @@ def _span(rates: Iterable[float]) -> str:
     return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
 
 
-def describe(rows: Sequence[Mapping[str, Any]], pooled: bool,
-             targets: Mapping[str, Sequence[float]] = (("coverage", (0.93, 0.97)), ("size", (0.03, 0.07)))) -> str:
-    """The label for a report row scored by ``rows`` (coverage-table records), or "" where they show it at its
-    stated rate."""
-    targets = dict(targets)
+def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[str, Sequence[float]]) -> str:
+    """The label for a report row scored by ``rows`` (coverage-table records) against ``targets`` (kind -> the
+    band a rate should lie in), or "" where they show it at its stated rate."""
     if not rows:
         return ""
     sides = [_side(r, targets) for r in rows]
@@ -134,4 +141,4 @@ def calibration_label(what: str, level: str, method: str, pooled: bool,
                       records: Optional[Sequence[Mapping[str, Any]]] = None) -> str:
     """The label of a row of kind ``what`` ("fit", "specificity" or "resampled <coefficient>", e.g. "resampled
     slope"), or "" where the simulation found it at its stated rate (or did not measure it)."""
-    return describe(scoring_rows(what, level, method, pooled, records), pooled)
+    return describe(scoring_rows(what, level, method, pooled, records), pooled, _targets())
