@@ -297,6 +297,17 @@ def units_table(units: pd.DataFrame) -> pd.DataFrame:
     ])
 
 
+def ci_cell(d: pd.Series, col: str) -> str:
+    """``{col}_mean`` with its ``_ci_low``/``_ci_high`` (a mean over articles: a flat interval says why)."""
+    return est_ci(d[f"{col}_mean"], d[f"{col}_ci_low"], d[f"{col}_ci_high"], FLAT_ARTICLES)
+
+
+def holm_cell(d: pd.Series, col: str) -> str:
+    """"p (Holm p)" of ``{col}_p`` and ``{col}_p_holm``; a dash without a p."""
+    p = fmt_p(d.get(f"{col}_p"))
+    return f"{p} ({fmt_p(d.get(f'{col}_p_holm'))})" if p != DASH else DASH
+
+
 def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
     """Fine-tuned minus base on the same items, both scales: each Δ with its CI, its t test's p and Holm's p
     (analysis/paired.py), and Δ preference / Δ recognition where Δ recognition is distinguishable from 0."""
@@ -311,9 +322,7 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
     def scale_cells(d: pd.Series, s: str) -> list[str]:
         out = []
         for q in ("rec", "pref"):
-            out += [est_ci(d[f"d{q}_{s}_mean"], d[f"d{q}_{s}_ci_low"], d[f"d{q}_{s}_ci_high"], FLAT_ARTICLES),
-                    f"{fmt_p(d.get(f'd{q}_{s}_p'))} ({fmt_p(d.get(f'd{q}_{s}_p_holm'))})"
-                    if fmt_p(d.get(f"d{q}_{s}_p")) != DASH else DASH]
+            out += [ci_cell(d, f"d{q}_{s}"), holm_cell(d, f"d{q}_{s}")]
         ratio = est_ci(d.get(f"ratio_{s}"), d.get(f"ratio_{s}_ci_low"), d.get(f"ratio_{s}_ci_high"))
         note = d.get(f"ratio_{s}_note")
         return out + [ratio if ratio != DASH else (note if isinstance(note, str) and note else DASH)]
@@ -338,10 +347,7 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
     def scale_cells(d: pd.Series, s: str) -> list[str]:
         out = []
         for q in ("rec", "pref"):
-            c = f"d{q}_{s}"
-            out += [est_ci(d[f"{c}_mean"], d[f"{c}_ci_low"], d[f"{c}_ci_high"], FLAT_ARTICLES),
-                    f"{fmt_p(d.get(f'{c}_p'))} ({fmt_p(d.get(f'{c}_p_holm'))})"
-                    if fmt_p(d.get(f"{c}_p")) != DASH else DASH, fmt(d.get(f"{c}_training_sd"))]
+            out += [ci_cell(d, f"d{q}_{s}"), holm_cell(d, f"d{q}_{s}"), fmt(d.get(f"d{q}_{s}_training_sd"))]
         return out
 
     return rows_table(arms, cols, lambda d: [
@@ -365,8 +371,7 @@ def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str]) -> pd.DataF
 
     return rows_table(sub, cols, lambda d: [
         d["setting"], d["label"], d["dataset"], d["arm"], fmt_int(d["adapters"]),
-        est_ci(d["dpref_paper_mean"], d["dpref_paper_ci_low"], d["dpref_paper_ci_high"], FLAT_ARTICLES),
-        est_ci(d["dpref_logodds_mean"], d["dpref_logodds_ci_low"], d["dpref_logodds_ci_high"], FLAT_ARTICLES),
+        ci_cell(d, "dpref_paper"), ci_cell(d, "dpref_logodds"),
         f"{fmt_p(d.get('dpref_paper_p'))} ({fmt_p(d.get('dpref_paper_p_holm'))})", reading(d)])
 
 
@@ -381,10 +386,7 @@ def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
     cols.append("note")
 
     def scale_cells(d: pd.Series, s: str) -> list[str]:
-        p = fmt_p(d.get(f"dpref_{s}_p"))
-        return [*(est_ci(d[f"{side}_{s}_mean"], d[f"{side}_{s}_ci_low"], d[f"{side}_{s}_ci_high"], FLAT_ARTICLES)
-                  for side in ("pref", "pref_ref", "dpref")),
-                f"{p} ({fmt_p(d.get(f'dpref_{s}_p_holm'))})" if p != DASH else DASH]
+        return [*(ci_cell(d, f"{side}_{s}") for side in ("pref", "pref_ref", "dpref")), holm_cell(d, f"dpref_{s}")]
 
     return rows_table(labels, cols, lambda d: [
         d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], d["sources"] or DASH,
