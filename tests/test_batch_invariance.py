@@ -44,6 +44,9 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
                     "evaluator.batch_invariant_chunk=32") == "chunks32"
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
+    # a fixed row count per forward (a GPU's auto) is part of what the numbers depend on
+    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32"
+    assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant_rows=32") == ""
 
 
 def test_the_default_schedule_leaves_cache_keys_as_they_were():
@@ -68,11 +71,15 @@ def test_the_default_schedule_leaves_cache_keys_as_they_were():
 
 
 @pytest.mark.real_model
-def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg):
-    cfg = compose_cfg([*BF16, "dataset.n_articles=2"])
+@pytest.mark.parametrize("rows", [None, 4], ids=["rows-as-alone", "fixed-rows"])
+def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg, rows):
+    """Both ways pieces share a forward: as each would run alone (a CPU's auto), and in forwards of a fixed
+    row count with tails padded to whole chunks (a GPU's auto, forced here)."""
+    fixed = [] if rows is None else [f"evaluator.batch_invariant_rows={rows}"]
+    cfg = compose_cfg([*BF16, *fixed, "dataset.n_articles=2"])
     spec = resolve_cell(cfg)
     model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
-    assert model.chunk == 64
+    assert model.chunk == 64 and model.rows == (rows or 0)
     handle = CachedModel(model.identity, lambda: model, store=None)
     from selfpref_sweep.cell.dataset_loaders import load_dataset
 
@@ -91,6 +98,7 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
     together = judged([requests])
     if model.rows_invariant:  # pieces of one shape from several prompts shared a forward
         assert model.largest_batch > 1
+        assert not rows or model.largest_batch == rows  # every forward filled to the fixed count
     assert judged([requests[1::2], requests[0::2]]) == together  # another batch and cache history
     assert judged([[r] for r in reversed(requests)]) == together  # one at a time, last first
 
@@ -160,3 +168,33 @@ def test_a_killed_and_resumed_bf16_sweep_matches_an_uninterrupted_one(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     expected, got = _scores(tmp_path / "through"), _scores(tmp_path / "resumed")
     assert len(expected) == 6 and got == expected  # 2 cells x 3 articles, item for item, to the bit
+
+
+@pytest.mark.real_model
+def test_fixed_rows_read_the_same_numbers_as_rows_alone(compose_cfg):
+    """Padding tails to whole chunks and filling forwards with copies changes rounding only: in float32 the
+    answer probabilities and text log-likelihoods agree with one prompt per forward to float32 precision (a
+    misplaced read position or a pad seen by a real token would move them far more)."""
+    base = ["evaluator=smollm135", "evaluator.dtype=float32", "evaluator.batch_invariant=true", "dataset.n_articles=2"]
+
+    def run(rows):
+        cfg = compose_cfg([*base, f"evaluator.batch_invariant_rows={rows}"])
+        spec = resolve_cell(cfg)
+        model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
+        handle = CachedModel(model.identity, lambda: model, store=None)
+        from selfpref_sweep.cell.dataset_loaders import load_dataset
+
+        articles = load_dataset(spec.dataset).articles
+        requests = [r for i, a in enumerate(articles) for r in pairwise_requests(
+            handle, spec.prompts, "recognition", Pair(a.id, a.text, a.text[:200], articles[i - 1].text[:250])).values()]
+        texts = [SequenceRequest(model.identity, a.text[:150], messages=(Message("user", f"Summarize: {a.text}"),))
+                 for a in articles]
+        probs = {r.cache_key(): d.probs for r, d in model.answer_distributions(requests)}
+        totals = {r.messages: s.total for r, s in model.sequence_logprobs(texts)}  # results come in schedule order
+        return [probs[r.cache_key()] for r in requests], [totals[t.messages] for t in texts], model.largest_batch
+
+    alone, fixed = run(0), run(3)
+    assert fixed[2] == 3
+    for a, f in zip(alone[0], fixed[0]):
+        assert a.keys() == f.keys() and all(abs(a[k] - f[k]) < 1e-4 for k in a)
+    assert fixed[1] == pytest.approx(alone[1], rel=1e-4)

@@ -33,12 +33,21 @@ position 0 (chunk k always one forward of exactly those tokens on the cache of c
 holds and serves only caches at chunk boundaries, and the rest of the prompt is one forward of its own. So
 the same tokens always meet the same shapes, and a result depends on its own prompt alone. The pieces are
 not run one prompt at a time, though: every chunk at one depth has one shape, and so has every tail of one
-length on one boundary, and where the device gives each row of a batched forward the bits it gives alone
-(`rows_invariant`, probed once per model; true on the CPUs measured for pieces of 16 tokens or more) such
-pieces from many prompts share a forward, up to the device's token budget (`forward_tokens`). Results are
-bit-identical to one prompt per forward, only faster. Summaries are decoded one prompt at a time on the same
-chunked cache. The identity's `schedule` ("chunks64") keeps these results apart from batched ones in the call
-cache. bench/judge_speed.py and bench/batch_invariance.py measure the cost.
+length on one boundary. How such pieces share a forward depends on the device:
+- On a CPU (`batch_invariant_rows: 0`) the device gives each row of a batched forward the bits it gives alone
+  (`rows_invariant`, probed once per model; true on the CPUs measured for pieces of 16 tokens or more), so
+  pieces from many prompts share a forward, up to the device's token budget (`forward_tokens`), with results
+  bit-identical to one prompt per forward.
+- On a GPU a matrix product's kernel, and so its rounding, depends on the row count (cuBLAS picks tiles and
+  split-K by shape), so rows cannot share a forward of a varying size. There every forward has exactly
+  `batch_invariant_rows` rows (auto: GPU_INVARIANT_ROWS), filled with copies of a real one, and every tail is
+  right-padded to whole chunks (attention is causal: no real position sees a pad). Each forward is then one
+  of a fixed set of shapes, and a row's output depends on its own tokens only (probed once per model: a row
+  gets the same bits beside other companions). The numbers are a function of the prompt and that row count,
+  which the identity's schedule names ("chunks64x32").
+Summaries are decoded one prompt at a time on the same chunked cache. The identity's `schedule` ("chunks64")
+keeps these results apart from batched ones in the call cache. bench/judge_speed.py, bench/batch_invariance.py
+and bench/gpu_judge.py measure the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
 requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
@@ -84,6 +93,10 @@ MIN_EXTEND_SAVING = 32
 # a 3-token one from it in a batch of 4), while from 16 rows on the measured products gave each row the same
 # bits in any batch. Shorter tails run alone, as before.
 MIN_BATCHED_LENGTH = 16
+
+# Rows of every batch-invariant forward on a GPU (batch_invariant_rows auto): with 64-token chunks, 2,048 tokens
+# per forward, enough to keep a 7B model's matrix products efficient while the padding rows stay few.
+GPU_INVARIANT_ROWS = 32
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -171,6 +184,7 @@ class LocalModel(ModelAPI):
         self.generate_batch = int(option(cfg, "generate_batch", 8))
         self.forward_tokens, self.kv_budget_bytes = 1024, 2 * 2 ** 30  # set for the device by _load
         self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
+        self.rows = self.invariant_rows(cfg) if self.chunk else 0  # > 0: every such forward has this many rows
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
         self._answer_ids: Dict[str, List[int]] = {}
@@ -183,9 +197,11 @@ class LocalModel(ModelAPI):
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
         chunk = cls.invariant_chunk(cfg)
+        rows = cls.invariant_rows(cfg) if chunk else 0
+        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "")) if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
-                             backend_version=BACKEND_VERSION, schedule=f"chunks{chunk}" if chunk else "")
+                             backend_version=BACKEND_VERSION, schedule=schedule)
 
     @classmethod
     def invariant_chunk(cls, cfg) -> int:
@@ -195,6 +211,17 @@ class LocalModel(ModelAPI):
         if on is None:
             on = resolve_dtype(option(cfg, "dtype", "auto")) != "float32"
         return int(option(cfg, "batch_invariant_chunk", 64)) if on else 0
+
+    @classmethod
+    def invariant_rows(cls, cfg) -> int:
+        """Rows of every batch-invariant forward, 0 where pieces share a forward only as they would run alone:
+        `batch_invariant_rows`, whose auto (null) is GPU_INVARIANT_ROWS where the model will run on a GPU."""
+        rows = option(cfg, "batch_invariant_rows", None)
+        if rows is None:
+            import torch
+
+            rows = GPU_INVARIANT_ROWS if torch.cuda.is_available() else 0
+        return int(rows)
 
     # ------------------------------------------------------------------ the backend contract (base.ModelAPI)
     @classmethod
@@ -387,8 +414,14 @@ class LocalModel(ModelAPI):
             hidden = out.last_hidden_state
             for r, i in enumerate(rows):
                 self.tokens_requested += len(prompts[i])
-                dist = self._distributions(hidden[r, -1:].clone(), _row_cache(cache, r), [len(prompts[i])], [requests[i]])
+                last = len(prompts[i]) - self._bound(prompts[i]) - 1  # the tail's last real token (pads follow)
+                dist = self._distributions(hidden[r, last:last + 1].clone(), _row_cache(cache, r), [len(prompts[i])],
+                                           [requests[i]])
                 yield requests[i], dist[0]
+
+    def _bound(self, prompt: List[int]) -> int:
+        """The last chunk boundary before the prompt's last token: its cache is built in chunks up to there."""
+        return (len(prompt) - 1) // self.chunk * self.chunk
 
     # --------------------------------------------------------- batch-invariant computation
     def _invariant_runs(self, prompts: List[List[int]], extras: List[List[int]]
@@ -402,7 +435,7 @@ class LocalModel(ModelAPI):
         runs as a few batches of many rows instead of one forward per prompt. Yields (prompt indices, the
         tails' forward output, its cache) per batch of tails."""
         order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-        bounds = [(len(p) - 1) // self.chunk * self.chunk for p in prompts]
+        bounds = [self._bound(p) for p in prompts]
         longest = max((len(p) + len(e) for p, e in zip(prompts, extras)), default=1)
         window = self._window(longest)
         for w in range(0, len(order), window):
@@ -417,11 +450,11 @@ class LocalModel(ModelAPI):
             tails: Dict[int, List[int]] = {}
             for i in window:
                 if bounds[i] == depth:
-                    tails.setdefault(len(prompts[i]) - depth + len(extras[i]), []).append(i)
-            for length, group in sorted(tails.items()):
-                for rows in self._row_batches(group, depth, length):
-                    ids = [prompts[i][depth:] + extras[i] for i in rows]
-                    out = self._forward_rows(ids, self._stacked([level[key(i, depth)] for i in rows]) if depth else None)
+                    tails.setdefault(self._tail_width(len(prompts[i]) - depth + len(extras[i])), []).append(i)
+            for width, group in sorted(tails.items()):
+                for rows in self._row_batches(group, depth, width):
+                    ids = [self._right_padded(prompts[i][depth:] + extras[i], width) for i in rows]
+                    out = self._rows_forward(ids, [level[key(i, depth)] for i in rows] if depth else None)
                     self.tokens_computed += sum(len(prompts[i]) - depth for i in rows)
                     yield rows, out, _returned_cache(out)
             level = self._next_level(prompts, [i for i in window if bounds[i] > depth], depth, level, key)
@@ -442,8 +475,9 @@ class LocalModel(ModelAPI):
             else:
                 todo[k] = i
         for rows in self._row_batches(list(todo.values()), depth, self.chunk):
-            base = self._stacked([level[key(i, depth)] for i in rows]) if depth else None
-            cache = self._run_rows([prompts[i][depth:depth + self.chunk] for i in rows], base)
+            out = self._rows_forward([prompts[i][depth:depth + self.chunk] for i in rows],
+                                     [level[key(i, depth)] for i in rows] if depth else None)
+            cache = _first_rows(_returned_cache(out), len(rows))
             self.tokens_computed += self.chunk * len(rows)
             for r, i in enumerate(rows):
                 nxt[key(i, depth + self.chunk)] = row = _row_cache(cache, r)
@@ -452,11 +486,32 @@ class LocalModel(ModelAPI):
         return nxt
 
     def _row_batches(self, group: List[int], depth: int, length: int) -> Iterator[List[int]]:
-        """Batches of one shape (`length` new tokens on a cache of `depth`): as many rows as the budget allows
-        where rows are invariant, else one."""
-        size = self._rows(depth, length) if length >= MIN_BATCHED_LENGTH and self.rows_invariant else 1
+        """Batches of one shape (`length` new tokens on a cache of `depth`): the fixed row count where every
+        forward has one, else as many rows as the budget allows where rows are invariant; else one."""
+        if self.rows:
+            size = self.rows if self.rows_invariant else 1
+        else:
+            size = self._rows(depth, length) if length >= MIN_BATCHED_LENGTH and self.rows_invariant else 1
         for k in range(0, len(group), size):
             yield group[k:k + size]
+
+    def _tail_width(self, length: int) -> int:
+        """A tail's width in its forward: whole chunks where every forward has a fixed row count (so every
+        forward is one of a few shapes), else its own length."""
+        return -(-length // self.chunk) * self.chunk if self.rows else length
+
+    def _right_padded(self, ids: List[int], width: int) -> List[int]:
+        return ids + [self._pad_id] * (width - len(ids))
+
+    def _rows_forward(self, ids: List[List[int]], caches: List[object] | None):
+        """One forward of pieces of one shape, each row of `ids` on its own cache (None: from position 0).
+        Where every forward has a fixed row count, the batch is filled up with copies of its first piece; the
+        pieces are the output's first rows."""
+        if self.rows and len(ids) < self.rows and self.rows_invariant:
+            fill = self.rows - len(ids)
+            ids = ids + [ids[0]] * fill
+            caches = caches + [caches[0]] * fill if caches else caches
+        return self._forward_rows(ids, self._stacked(caches) if caches else None)
 
     def _stacked(self, caches: List[object]):
         """One batch cache from row caches of one length: a new cache object (a forward extends the one it is
@@ -478,10 +533,32 @@ class LocalModel(ModelAPI):
 
     @cached_property
     def rows_invariant(self) -> bool:
-        """Whether rows of one shape (of at least MIN_BATCHED_LENGTH new tokens) come out of a batched forward
-        bit for bit as each does alone on this device, checked once: a chunk on no cache, then tails of a few
-        lengths on it, in batches of 2 and 3. True on the CPUs measured (oneDNN); where it fails, batch-invariant
-        computation runs one prompt per forward, as it always did."""
+        """Whether pieces may share a forward on this device, checked once (a failure means one piece per
+        forward, as batch-invariant computation always did): with a fixed row count, whether a row comes out
+        the same beside other rows; else whether rows come out of a batched forward as each does alone."""
+        same = self._fixed_rows_probe() if self.rows else self._alone_rows_probe()
+        log.info("%s: rows of one shape %s batched on %s", self.identity.label, "are" if same else "are not",
+                 self.device)
+        return same
+
+    def _fixed_rows_probe(self) -> bool:
+        """In forwards of `rows` rows: a chunk on no cache, then a chunk on that cache, each run for rows 0..n-1
+        and for rows 1..n; every row both batches hold (at another place, beside other rows) must match."""
+        torch = self.torch
+        n = self.rows
+        rows = torch.randint(0, min(len(self.tokenizer), 32000), (n + 1, 2 * self.chunk),
+                             generator=torch.Generator().manual_seed(0)).tolist()
+        same, caches = True, []
+        for piece in (slice(0, self.chunk), slice(self.chunk, 2 * self.chunk)):
+            outs = [self._forward_rows([r[piece] for r in part], caches[k] if caches else None)
+                    for k, part in enumerate((rows[:n], rows[1:]))]
+            same = same and torch.equal(outs[0].last_hidden_state[1:], outs[1].last_hidden_state[:n - 1])
+            caches = [_returned_cache(out) for out in outs]
+        return same
+
+    def _alone_rows_probe(self) -> bool:
+        """Rows of one shape (of at least MIN_BATCHED_LENGTH new tokens) against each alone: a chunk on no
+        cache, then tails of a few lengths on it, in batches of 2 and 3. True on the CPUs measured (oneDNN)."""
         torch = self.torch
         tails = (MIN_BATCHED_LENGTH, MIN_BATCHED_LENGTH + 5, self.chunk)
         rows = torch.randint(0, min(len(self.tokenizer), 32000), (3, self.chunk + max(tails)),
@@ -495,8 +572,6 @@ class LocalModel(ModelAPI):
             for r in range(n):
                 own = self._forward_rows([rows[r][self.chunk:self.chunk + t]], _clone_cache(alone[r]))
                 same = same and torch.equal(own.last_hidden_state[0], batch.last_hidden_state[r])
-        log.info("%s: rows of one shape %s batched on %s", self.identity.label, "are" if same else "are not",
-                 self.device)
         return same
 
     def _rows(self, depth: int, length: int) -> int:
@@ -524,7 +599,7 @@ class LocalModel(ModelAPI):
     def _boundary_cache(self, prompt: List[int]) -> Tuple[int, object]:
         """The last chunk boundary before the prompt's last token (whose position's output is read), and the
         KV cache of the prompt up to it (None at 0): the rest of the prompt runs as one forward of its own."""
-        start = (len(prompt) - 1) // self.chunk * self.chunk
+        start = self._bound(prompt)
         return start, self._chunked_cache(prompt[:start])
 
     def _chunked_cache(self, tokens: List[int]):
@@ -535,7 +610,11 @@ class LocalModel(ModelAPI):
         n, cache = self.prefix_lru.longest(tokens) if self.prefix_reuse and tokens else (0, None)
         for start in range(n, len(tokens), self.chunk):
             end = start + self.chunk
-            cache = self._run_into_cache(tokens[start:end], cache)
+            if self.rows:  # in the shape every chunk of the judge path has
+                out = self._rows_forward([tokens[start:end]], None if cache is None else [cache])
+                cache = _first_rows(_returned_cache(out), 1)
+            else:
+                cache = self._run_into_cache(tokens[start:end], cache)
             self.tokens_computed += end - start
             if self.prefix_reuse:
                 self.prefix_lru.put(tokens[:end], cache)
@@ -572,7 +651,7 @@ class LocalModel(ModelAPI):
         if self.chunk:
             for rows, out, _ in self._invariant_runs(prompts, texts):
                 self.tokens_computed += sum(map(len, (texts[i] for i in rows)))
-                yield rows, [(len(prompts[i]) - 1) // self.chunk * self.chunk for i in rows], out.last_hidden_state
+                yield rows, [self._bound(prompts[i]) for i in rows], out.last_hidden_state
             return
         for step, cache in self._text_steps(prompts):
             suffixes = [prompts[i][step.start:] + texts[i] for i in step.prompts]
@@ -812,6 +891,17 @@ def _row_cache(cache, row: int):
     twin = _clone_cache(cache)
     for layer in twin.layers:
         layer.keys, layer.values = layer.keys[row:row + 1], layer.values[row:row + 1]
+    return twin
+
+
+def _first_rows(cache, n: int):
+    """The first `n` rows of a batch cache, copied where the batch has more (filler rows), so the filler rows'
+    memory is not held by the caches kept."""
+    if cache.layers[0].keys.shape[0] == n:
+        return cache
+    twin = _clone_cache(cache)
+    for layer in twin.layers:
+        layer.keys, layer.values = layer.keys[:n].clone(), layer.values[:n].clone()
     return twin
 
 

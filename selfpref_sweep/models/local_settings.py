@@ -27,5 +27,10 @@ class LocalSettings:
     # float32 (exact up to float32 rounding, and faster batched). models/local.py.
     batch_invariant: Optional[bool] = None
     batch_invariant_chunk: int = ranged(64, Range(low=1, high=4096, integer=True))
+    # Local models, batch-invariant computation: rows of every forward (filled up with copies), for a device whose
+    # rounding depends on a product's row count (a GPU): results then depend on their prompt and this number,
+    # which the cache key holds. null (auto): 32 on a GPU, 0 elsewhere; 0: pieces share a forward only where the
+    # device gives each row what it gives alone (a CPU), else one per forward.
+    batch_invariant_rows: Optional[int] = ranged(None, Range(low=0, high=4096, integer=True))
     # Local models: tokens per forward pass. null: from the device (512 on a CPU, 16384 on a GPU).
     forward_tokens: Optional[int] = ranged(None, Range(low=1, high=2 ** 20, integer=True))
