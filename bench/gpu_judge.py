@@ -11,12 +11,18 @@ gpt35, claude, llama} against the human summary x 2 orders x 2 questions (with -
 articles against their lead sentence), and summaries of --summaries articles of --new-tokens tokens each.
 
 Paths:
-  default  the local backend as a user gets it (batch_invariant auto: on in 16-bit types)
+  default  the local backend as a user gets it (batch_invariant auto: on in 16-bit types; on a GPU every forward
+           has batch_invariant_rows = 32 rows); --rows 16,64 adds the same with other row counts (judging only)
+  alone    batch-invariant with batch_invariant_rows=0: pieces share a forward only where the device gives each
+           row what it gives alone (a CPU), else one prompt per forward (what a GPU got before the fixed rows)
   batched  the local backend with batch_invariant=false and --max-batch prompts per forward
   vllm     the in-process vLLM backend (only where vLLM is importable)
   hf       plain transformers: whole prompts in batches of --max-batch, no prefix reuse, last position only
 The limit is the distinct prefix tokens of the judge prompts (the trie optimum) x 2 x non-embedding
-parameters / the device's measured GEMM rate. Prints one Markdown table.
+parameters / the device's measured GEMM rate. For the local paths, "identical when split" judges the prompts
+again on an empty prefix cache, the odd-numbered ones first and then the even-numbered ones (what a killed and
+resumed sweep does), and counts the answer probabilities that are bit-identical to the first pass. Prints one
+Markdown table (and writes it to --out).
 """
 
 from __future__ import annotations
@@ -48,10 +54,12 @@ from selfpref_sweep.models.weights import local_hf_dir  # noqa: E402
 # Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width.
 SHAPES = {"tiny": (64, 2, 4, 2, 128), "0.5b": (896, 24, 14, 2, 4864), "7b": (3584, 28, 28, 4, 18944)}
 SOURCES = ("gpt4", "gpt35", "claude", "llama")
+INVARIANT_SUMMARIES = 4  # the default path's summaries (one at a time: a 7B model's take minutes on a GPU)
 
 
-def random_model(shape: str, dtype: str, tokenizer_dir: Path, out: Path) -> Path:
-    """A Qwen2 model of the shape with random weights, and qwen05's tokenizer, saved to `out`."""
+def random_model(shape: str, dtype: str, tokenizer_dir: Path, out: Path, device: str = "cpu") -> Path:
+    """A Qwen2 model of the shape with random weights, and qwen05's tokenizer, saved to `out` (built on the
+    device: a 7B model's random initialisation takes minutes on a CPU, seconds on a GPU)."""
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -62,8 +70,15 @@ def random_model(shape: str, dtype: str, tokenizer_dir: Path, out: Path) -> Path
                          max_position_embeddings=32768, tie_word_embeddings=shape != "7b",
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(getattr(torch, dtype))
+    try:
+        with torch.device(device):
+            model = Qwen2ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default_dtype)
     model.save_pretrained(out)
+    del model
     tokenizer.save_pretrained(out)
     for name in ("chat_template.jinja",):  # the chat template travels with the tokenizer files
         src = tokenizer_dir / name
@@ -171,20 +186,42 @@ def plain_hf(model_dir: Path, device: str, dtype: str, max_batch: int):
         _sync(device)
         return time.perf_counter() - start, made
 
-    return judge, generate, sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    return judge, generate
 
 
-def run_backend(backend, judge_reqs, gen_reqs, device: str):
-    """A backend's seconds for the judge requests and (seconds, tokens) for the summaries."""
-    list(backend.answer_distributions(judge_reqs[:2]))  # warm-up: kernels, answer-token tables
+def non_embedding_params(model_dir: Path) -> int:
+    """The model's parameters outside its embedding and output layer (built on no device: shapes only)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for n, p in model.named_parameters() if "embed" not in n and "lm_head" not in n)
+
+
+def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
+    """A backend's seconds for the judge requests, (seconds, tokens) for the summaries (None without any), and
+    how many answer probabilities a split second pass on an empty prefix cache gives bit for bit (None: not
+    checked)."""
+    list(backend.answer_distributions(judge_reqs[:2]))  # warm-up: kernels, answer-token tables, the rows probe
+    backend.prefix_lru.clear() if hasattr(backend, "prefix_lru") else None
     start = time.perf_counter()
-    list(backend.answer_distributions(judge_reqs))
+    first = {r.cache_key(): d.probs for r, d in backend.answer_distributions(judge_reqs)}
     _sync(device)
     judging = time.perf_counter() - start
-    start = time.perf_counter()
-    made = sum(g.completion_tokens for _, g in backend.generate(gen_reqs))
-    _sync(device)
-    return judging, (time.perf_counter() - start, made)
+    same = None
+    if split_check:
+        backend.prefix_lru.clear()
+        again = {r.cache_key(): d.probs for part in (judge_reqs[1::2], judge_reqs[0::2])
+                 for r, d in backend.answer_distributions(part)}
+        same = sum(again[k] == p for k, p in first.items())
+    generated = None
+    if gen_reqs:
+        start = time.perf_counter()
+        made = sum(g.completion_tokens for _, g in backend.generate(gen_reqs))
+        _sync(device)
+        generated = (time.perf_counter() - start, made)
+    return judging, generated, same
 
 
 def main() -> None:
@@ -197,7 +234,12 @@ def main() -> None:
     ap.add_argument("--summaries", type=int, default=16)
     ap.add_argument("--new-tokens", type=int, default=100)
     ap.add_argument("--max-batch", type=int, default=32)
-    ap.add_argument("--paths", default="default,batched,vllm,hf")
+    ap.add_argument("--paths", default="default,batched,vllm,hf", help="of default, alone, batched, vllm, hf")
+    ap.add_argument("--rows", default="", help="more fixed row counts to judge with (batch_invariant_rows), e.g. 16,64")
+    ap.add_argument("--tokenizer", default=None, help="a Qwen2 tokenizer's directory; default: qwen05's, converted "
+                                                      "from its package")
+    ap.add_argument("--no-split-check", action="store_true", help="skip the second, split judging pass")
+    ap.add_argument("--out", default=None, help="also write the table to this file")
     args = ap.parse_args()
 
     import torch
@@ -210,19 +252,23 @@ def main() -> None:
     dataset = ["dataset=paper_xsum", f"dataset.root={args.root}"] if args.root else ["dataset=demo"]
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         base = compose("config", overrides=["evaluator=qwen05", *dataset, f"dataset.n_articles={args.articles}"])
-    tokenizer_dir = local_hf_dir(base.evaluator, base.paths.model_cache)
+    tokenizer_dir = Path(args.tokenizer) if args.tokenizer else local_hf_dir(base.evaluator, base.paths.model_cache)
     work = Path(tempfile.mkdtemp(prefix=f"gpu_judge_{args.shape}_"))
-    model_dir = random_model(args.shape, dtype, tokenizer_dir, work / "model")
+    model_dir = random_model(args.shape, dtype, tokenizer_dir, work / "model", device)
     model_cfg = OmegaConf.merge(base.evaluator, {"name": f"random-{args.shape}", "weights": None,
                                                  "hf_id": str(model_dir), "dtype": dtype})
-    rows = measure(args, device, dtype, base, model_cfg, model_dir)
-    print(f"\n{args.shape} shape, random weights, {device} ({_device_name(device)}), {dtype}")
-    print("| path | ms per judgement | summary tokens/s | peak memory GB |\n|---|---|---|---|")
-    for name, (ms, rate, gb) in rows.items():
-        print(f"| {name} | {ms:.2f} | {rate:.1f} | {gb:.2f} |" if rate is not None else f"| {name} | {ms:.2f} | | |")
+    lines = [f"{args.shape} shape, random weights, {device} ({_device_name(device)}), {dtype}",
+             "| path | ms per judgement | summary tokens/s | peak memory GB | identical when split |",
+             "|---|---|---|---|---|"]
+    for name, (ms, rate, gb, same) in measure(args, device, dtype, base, model_cfg, model_dir).items():
+        cells = [f"{ms:.2f}", "" if rate is None else f"{rate:.1f}", "" if gb is None else f"{gb:.2f}", same or ""]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if device == "cpu":
-        print("(peak memory on a CPU: this process's high-water mark so far, cumulative down the table; vLLM's engine "
-              "runs in a process of its own and is not in it)")
+        lines.append("(peak memory on a CPU: this process's high-water mark so far, cumulative down the table; vLLM's "
+                     "engine runs in a process of its own and is not in it)")
+    print("\n" + "\n".join(lines), flush=True)
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
 
 
 def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> Dict[str, tuple]:
@@ -232,7 +278,7 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     judge_reqs, dataset, prompts = workload(base, handle, args.articles, args.root)
     gen_reqs = [generation_request(handle, model_cfg, prompts, dataset.task, a, args.new_tokens)
                 for a in dataset.articles[:args.summaries]]
-    hf_judge, hf_generate, params = plain_hf(model_dir, device, dtype, args.max_batch)
+    params = non_embedding_params(model_dir)
     ids = [hf_tokens(model_dir, r.messages) for r in judge_reqs]
     flops = gemm_flops(device, dtype)
     limit_ms = trie_tokens(ids) * 2 * params / flops / len(judge_reqs) * 1e3
@@ -241,35 +287,67 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
           f"{params / 1e6:.1f}M non-embedding parameters")
     rows: Dict[str, tuple] = {}
     paths = args.paths.split(",")
-    for name, settings in (("default", {}), ("batched", {"batch_invariant": False, "generate_batch": args.max_batch})):
-        if name in paths:
-            backend = LocalModel(OmegaConf.merge(model_cfg, settings), model_cache=base.paths.model_cache)
-            backend.max_batch = args.max_batch if name == "batched" else backend.max_batch
-            judging, (gen_s, made) = run_backend(backend, judge_reqs, gen_reqs, device)
-            rows[name] = (judging / len(judge_reqs) * 1e3, made / gen_s, peak_gb(device))
-            backend.close()
-            _free(device)
+    split = not args.no_split_check
+    # Batch-invariant summaries decode one prompt at a time, so their rate does not depend on how many there are.
+    local = [("default", {}, gen_reqs[:INVARIANT_SUMMARIES], split)]
+    local += [(f"default, {n} rows per forward", {"batch_invariant_rows": int(n)}, [], split)
+              for n in filter(None, args.rows.split(","))]
+    # alone is one prompt per forward where rows are not invariant (a GPU): invariant by construction, and slow
+    local += [("batched", {"batch_invariant": False, "generate_batch": args.max_batch}, gen_reqs, split)]
+    _local_paths(args, paths, local, model_cfg, base, judge_reqs, device, rows)
     if "vllm" in paths and _vllm_importable():
         from selfpref_sweep.models.vllm_engine import VLLMModel
 
         backend = VLLMModel(OmegaConf.merge(model_cfg, {"backend": "vllm"}), model_cache=base.paths.model_cache)
-        judging, (gen_s, made) = run_backend(backend, judge_reqs, gen_reqs, device)
-        rows["vllm (in-process)"] = (judging / len(judge_reqs) * 1e3, made / gen_s, peak_gb(device))
+        judging, generated, _ = run_backend(backend, judge_reqs, gen_reqs, device, split_check=False)
+        rows["vllm (in-process)"] = (judging / len(judge_reqs) * 1e3, _rate(generated), peak_gb(device), None)
         backend.close()
         _free(device)
     if "hf" in paths:
+        hf_judge, hf_generate = plain_hf(model_dir, device, dtype, args.max_batch)
         hf_judge(judge_reqs[:2])
         seconds = hf_judge(judge_reqs)
         gen_s, made = hf_generate(gen_reqs, args.new_tokens)
-        rows[f"plain HF, batches of {args.max_batch}"] = (seconds / len(judge_reqs) * 1e3, made / gen_s, peak_gb(device))
-    rows["limit (trie tokens x 2 x params / GEMM)"] = (limit_ms, None, None)
+        rows[f"plain HF, batches of {args.max_batch}"] = (seconds / len(judge_reqs) * 1e3, made / gen_s, peak_gb(device),
+                                                          None)
+        del hf_judge, hf_generate
+        _free(device)
+    # last: one prompt per forward on a GPU is the slowest path (a timeout cuts it first)
+    _local_paths(args, paths, [("alone", {"batch_invariant_rows": 0}, [], False)], model_cfg, base, judge_reqs, device,
+                 rows)
+    rows["limit (trie tokens x 2 x params / GEMM)"] = (limit_ms, None, None, None)
     return rows
+
+
+def _local_paths(args, paths, local, model_cfg, base, judge_reqs, device: str, rows: Dict[str, tuple]) -> None:
+    """Time the local backend's paths named in `paths` (name, settings, summaries, split check) into `rows`."""
+    from selfpref_sweep.models.local import LocalModel
+
+    for name, settings, summaries, check in local:
+        if name.split(",")[0] in paths:
+            backend = LocalModel(OmegaConf.merge(model_cfg, settings), model_cache=base.paths.model_cache)
+            backend.max_batch = args.max_batch if name == "batched" else backend.max_batch
+            judging, generated, same = run_backend(backend, judge_reqs, summaries, device, check)
+            label = f"{name} ({backend.identity.schedule or 'batched'})"
+            rows[label] = (judging / len(judge_reqs) * 1e3, _rate(generated), peak_gb(device),
+                           None if same is None else f"{same}/{len(judge_reqs)}")
+            probe = f" rows_invariant={backend.rows_invariant}" if backend.chunk else ""
+            print(f"{label}: {rows[label]}{probe} forwards={backend.forwards}", flush=True)  # each as it lands
+            backend.close()
+            del backend
+            _free(device)
+
+
+def _rate(generated) -> float | None:
+    return None if generated is None else generated[1] / generated[0]
 
 
 def hf_tokens(model_dir: Path, messages) -> List[int]:
     from transformers import AutoTokenizer
 
-    tok = _TOKENIZERS.setdefault(str(model_dir), AutoTokenizer.from_pretrained(model_dir))
+    if str(model_dir) not in _TOKENIZERS:  # loaded once: a load per prompt took minutes for 320 prompts
+        _TOKENIZERS[str(model_dir)] = AutoTokenizer.from_pretrained(model_dir)
+    tok = _TOKENIZERS[str(model_dir)]
     text = tok.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
                                    add_generation_prompt=True, tokenize=False)
     return tok(text, add_special_tokens=False)["input_ids"]

@@ -15,8 +15,13 @@ def test_the_gpu_bench_prints_its_table_on_a_cpu_with_the_tiny_shape():
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
-    paths = [line.split("|")[1].strip() for line in table[1:]]
-    assert paths[:2] == ["default", "batched"] and "plain HF, batches of 32" in paths and paths[-1].startswith("limit")
-    for line in table[2:-1]:  # every measured path: a positive time per judgement and a summary rate
-        ms, rate = (float(x) for x in line.split("|")[2:4])
+    cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table[1:]}
+    paths = list(cells)
+    assert paths[0] == "default (chunks64)" and paths[1] == "batched (batched)"
+    assert "plain HF, batches of 32" in paths and paths[-1].startswith("limit")
+    for path in paths[:-1]:  # every measured path: a positive time per judgement and a summary rate
+        ms, rate = float(cells[path][0]), float(cells[path][1])
         assert ms > 0 and rate > 0
+    # the default (batch-invariant) path judges the prompts split in two, on an empty cache, to the bit
+    n = int(proc.stdout.split(" judge prompts")[0].split()[-1])
+    assert cells[paths[0]][3] == f"{n}/{n}"
