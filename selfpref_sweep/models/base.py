@@ -32,9 +32,10 @@ class ModelIdentity:
     # entries are not served.
     backend_version: int = 1
     # How a local backend schedules its computation, where that changes results: "" (batched over shared
-    # prefixes: results may vary with the batch in the last bits of a 16-bit type) or "chunks<C>" (batch-
-    # invariant: one prompt at a time, KV caches in fixed chunks of C tokens). Left out of the cache key
-    # when empty, so keys made before this field existed still hold.
+    # prefixes: results may vary with the batch in the last bits of a 16-bit type) or "chunks<C>[x<R>]d<D>"
+    # (batch-invariant: KV caches in fixed chunks of C tokens, forwards of R rows where the device needs a
+    # fixed count, summaries decoded D rows at a time). Left out of the cache key when empty, so keys made
+    # before this field existed still hold.
     schedule: str = ""
 
     @property

@@ -45,8 +45,13 @@ length on one boundary. How such pieces share a forward depends on the device:
   of a fixed set of shapes, and a row's output depends on its own tokens only (probed once per model: a row
   gets the same bits beside other companions). The numbers are a function of the prompt and that row count,
   which the identity's schedule names ("chunks64x32").
-Summaries are decoded one prompt at a time on the same chunked cache. The identity's `schedule` ("chunks64")
-keeps these results apart from batched ones in the call cache. bench/judge_speed.py, bench/batch_invariance.py
+Summaries are decoded in batches of a fixed row count (`batch_invariant_rows` on a GPU, else `generate_batch`)
+whose rows share one width: each prompt runs on its chunked cache with its tail right-padded to the next
+multiple of DECODE_WIDTH tokens (its width, a function of its own length), and rows of one width decode
+together, each new token at the same cache slot in every row, the padding masked and each row's positions
+its own. Every decoding step is then one fixed shape, and a summary depends on its own prompt only. The
+identity's `schedule` ("chunks64d8", on a GPU "chunks64x32d32") keeps these results apart from batched ones in
+the call cache. bench/judge_speed.py, bench/batch_invariance.py
 and bench/gpu_judge.py measure the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
@@ -97,6 +102,11 @@ MIN_BATCHED_LENGTH = 16
 # Rows of every batch-invariant forward on a GPU (batch_invariant_rows auto): with 64-token chunks, 2,048 tokens
 # per forward, enough to keep a 7B model's matrix products efficient while the padding rows stay few.
 GPU_INVARIANT_ROWS = 32
+
+# Batch-invariant summaries: a prompt's cache is padded to the next multiple of this many tokens (rounded up to
+# whole chunks), and prompts of one such width decode together. Wider steps group more prompts per width (more
+# rows per decoding step) for more padded positions in each prompt's last forward.
+DECODE_WIDTH = 256
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -198,7 +208,8 @@ class LocalModel(ModelAPI):
     def identity_for(cls, cfg) -> ModelIdentity:
         chunk = cls.invariant_chunk(cfg)
         rows = cls.invariant_rows(cfg) if chunk else 0
-        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "")) if chunk else ""
+        decode = rows or int(option(cfg, "generate_batch", 8))
+        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "") + f"d{decode}") if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
                              backend_version=BACKEND_VERSION, schedule=schedule)
@@ -324,7 +335,10 @@ class LocalModel(ModelAPI):
         encoded.sort(key=lambda e: (e[0].max_new_tokens, len(e[1])))
         for _, group in groupby(encoded, key=lambda e: e[0].max_new_tokens):
             group = list(group)
-            size = 1 if self.chunk else max(1, self.generate_batch)  # batch-invariant: one prompt at a time
+            if self.chunk:
+                yield from self._invariant_generate(group)
+                continue
+            size = max(1, self.generate_batch)
             for k in range(0, len(group), size):
                 yield from self._generate_batch(group[k:k + size])
 
@@ -348,21 +362,84 @@ class LocalModel(ModelAPI):
                 ids, attention_mask=mask, **self._kv(cache), max_new_tokens=batch[0][0].max_new_tokens,
                 do_sample=False, temperature=None, top_p=None, top_k=None, eos_token_id=self._stop_ids,
                 pad_token_id=pad)
-        stops = set(self._stop_ids)
         for row, (req, prompt) in enumerate(batch):
-            new = out[row, width:].tolist()
-            # Up to and with the row's first stop token; what follows is the batch's padding.
-            new = new[:next((i + 1 for i, t in enumerate(new) if t in stops), len(new))]
-            completion = self.tokenizer.decode(new, skip_special_tokens=True)
-            for stop in req.stop:  # completion models run on; cut where the summary ends
-                completion = completion.split(stop)[0]
-            yield req, Generation(text=completion.strip(), prompt_tokens=len(prompt), completion_tokens=len(new))
+            yield req, self._generation(req, prompt, out[row, width:].tolist())
+
+    def _generation(self, req: GenerateRequest, prompt: List[int], new: List[int]) -> Generation:
+        """A row's summary from its new tokens: up to and with its first stop token (what follows is padding)."""
+        stops = set(self._stop_ids)
+        new = new[:next((i + 1 for i, t in enumerate(new) if t in stops), len(new))]
+        completion = self.tokenizer.decode(new, skip_special_tokens=True)
+        for stop in req.stop:  # completion models run on; cut where the summary ends
+            completion = completion.split(stop)[0]
+        return Generation(text=completion.strip(), prompt_tokens=len(prompt), completion_tokens=len(new))
+
+    def _invariant_generate(self, group: List[Tuple[GenerateRequest, List[int]]]
+                            ) -> Iterator[Tuple[GenerateRequest, Generation]]:
+        """Batch-invariant summaries (one max_new_tokens): each prompt's last forward right-padded to its width,
+        then rows of one width decoded together as soon as a batch of them is ready (the rest at the end)."""
+        prompts = [ids for _, ids in group]
+        widths = [self._decode_width(len(p)) for p in prompts]
+        pending: Dict[int, list] = {}
+        for rows, out, cache in self._invariant_runs(prompts, [[self._pad_id] * (w - len(p))
+                                                               for p, w in zip(prompts, widths)]):
+            for r, i in enumerate(rows):
+                last = len(prompts[i]) - self._bound(prompts[i]) - 1
+                ready = pending.setdefault(widths[i], [])
+                ready.append((i, out.last_hidden_state[r, last].clone(), _row_copy(cache, r)))
+                if len(ready) == self._decode_rows:
+                    yield from self._decode_ready(group, pending.pop(widths[i]), widths[i])
+        for width, ready in sorted(pending.items()):
+            yield from self._decode_ready(group, ready, width)
+
+    def _decode_ready(self, group, ready: list, width: int) -> Iterator[Tuple[GenerateRequest, Generation]]:
+        new = self._decode_rows_greedy([len(group[i][1]) for i, _, _ in ready], [h for _, h, _ in ready],
+                                       [c for _, _, c in ready], width, group[0][0].max_new_tokens)
+        for (i, _, _), tokens in zip(ready, new):
+            yield group[i][0], self._generation(group[i][0], group[i][1], tokens)
+
+    def _decode_rows_greedy(self, lengths: List[int], hidden: list, caches: list, width: int, max_new: int
+                            ) -> List[List[int]]:
+        """Greedy decoding of rows whose caches are `width` wide (row r's prompt in its first lengths[r] slots,
+        padding after), from each prompt's last hidden state, in one batch of exactly `_decode_rows` rows
+        (filled up with copies of the first): every step is one shape, each row's new token at slot width + s,
+        its positions continuing its own prompt, its padding masked."""
+        torch = self.torch
+        n, fill = len(lengths), self._decode_rows - len(lengths)
+        lengths, hidden, caches = lengths + lengths[:1] * fill, hidden + hidden[:1] * fill, caches + caches[:1] * fill
+        cache = _stack_left_padded(caches, width)
+        mask = torch.zeros(len(lengths), width + max_new, dtype=torch.long, device=self.device)
+        for r, length in enumerate(lengths):
+            mask[r, :length] = 1
+        positions = torch.tensor(lengths, device=self.device)[:, None]
+        stops, new, done = set(self._stop_ids), [[] for _ in range(n)], [False] * n
+        with torch.inference_mode():
+            token = self.model.get_output_embeddings()(torch.stack(hidden)).argmax(-1)
+            for step in range(max_new):
+                for r, t in enumerate(token[:n].tolist()):
+                    if not done[r]:
+                        new[r].append(t)
+                        done[r] = t in stops
+                if all(done) or step == max_new - 1:
+                    break
+                mask[:, width + step] = 1
+                out = self.model(input_ids=token[:, None], attention_mask=mask[:, :width + step + 1],
+                                 position_ids=positions + step, **self._kv(cache), use_cache=True, logits_to_keep=1)
+                cache = _returned_cache(out)
+                token = out.logits[:, -1].argmax(-1)
+        return new
+
+    def _decode_width(self, length: int) -> int:
+        """The width of a prompt's cache for batch-invariant decoding: DECODE_WIDTH steps of whole chunks."""
+        step = -(-DECODE_WIDTH // self.chunk) * self.chunk
+        return -(-length // step) * step
+
+    @property
+    def _decode_rows(self) -> int:
+        return self.rows or max(1, self.generate_batch)
 
     def _generation_cache(self, batch: List[Tuple[GenerateRequest, List[int]]], width: int):
-        """The KV cache a batch decodes on: batch-invariant, its one prompt's cache up to its last chunk
-        boundary (generate() runs the rest); else each prompt but its last token, left-padded to the batch."""
-        if self.chunk:
-            return self._boundary_cache(batch[0][1])[1]
+        """The KV cache a batch decodes on: each prompt but its last token, left-padded to the batch."""
         if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
             return _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
         return None
@@ -595,30 +672,6 @@ class LocalModel(ModelAPI):
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         size = self.torch.finfo(getattr(self.torch, self.identity.dtype)).bits // 8
         return 2 * layers * heads * head_dim * size
-
-    def _boundary_cache(self, prompt: List[int]) -> Tuple[int, object]:
-        """The last chunk boundary before the prompt's last token (whose position's output is read), and the
-        KV cache of the prompt up to it (None at 0): the rest of the prompt runs as one forward of its own."""
-        start = self._bound(prompt)
-        return start, self._chunked_cache(prompt[:start])
-
-    def _chunked_cache(self, tokens: List[int]):
-        """The KV cache of `tokens` (whole chunks; None for none), built chunk by chunk from position 0, each
-        chunk one forward on the cache before it. A chunk boundary's cache goes into the prefix LRU and is the
-        only kind of entry read back, so the same tokens always give the same tensors, whatever was computed
-        before. (Without prefix reuse every chunk is recomputed, in the same shapes.)"""
-        n, cache = self.prefix_lru.longest(tokens) if self.prefix_reuse and tokens else (0, None)
-        for start in range(n, len(tokens), self.chunk):
-            end = start + self.chunk
-            if self.rows:  # in the shape every chunk of the judge path has
-                out = self._rows_forward([tokens[start:end]], None if cache is None else [cache])
-                cache = _first_rows(_returned_cache(out), 1)
-            else:
-                cache = self._run_into_cache(tokens[start:end], cache)
-            self.tokens_computed += end - start
-            if self.prefix_reuse:
-                self.prefix_lru.put(tokens[:end], cache)
-        return cache
 
     # ------------------------------------------------------- scoring given text
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
@@ -902,6 +955,14 @@ def _first_rows(cache, n: int):
     twin = _clone_cache(cache)
     for layer in twin.layers:
         layer.keys, layer.values = layer.keys[:n].clone(), layer.values[:n].clone()
+    return twin
+
+
+def _row_copy(cache, row: int):
+    """Row `row` of a batch cache as a cache of its own, copied (a view would hold the whole batch's memory)."""
+    twin = _clone_cache(cache)
+    for layer in twin.layers:
+        layer.keys, layer.values = layer.keys[row:row + 1].clone(), layer.values[row:row + 1].clone()
     return twin
 
 

@@ -16,13 +16,14 @@ class LocalSettings:
     # Local models: keep the KV caches of prompt prefixes (chat header + article, ...) between calls, up to
     # this many MiB per loaded model, so the cells of a sweep over sources compute each article once. 0: off.
     prefix_cache_mb: float = ranged(1024, NON_NEGATIVE)
-    # Local models: summaries decoded together in one left-padded batch (prompts of similar length).
+    # Local models: summaries decoded together in one left-padded batch (prompts of similar length); in
+    # batch-invariant computation, the fixed row count of every decoding step (on a GPU, batch_invariant_rows).
     generate_batch: int = ranged(8, COUNT)
     # Local models: batch-invariant computation, so a result depends only on its own prompt, never on which
     # other requests shared its batch or what the prefix cache held (a killed-and-resumed or re-split sweep gives
-    # the same numbers). Prompts run one at a time, their KV caches built in fixed chunks of
-    # batch_invariant_chunk tokens from position 0 and reused only at those boundaries; pieces of one shape
-    # from many prompts share a forward where the device gives each row what it gives alone. null (auto): on
+    # the same numbers). Prompts' KV caches are built in fixed chunks of batch_invariant_chunk tokens from
+    # position 0 and reused only at those boundaries; pieces of one shape from many prompts share a forward
+    # where that cannot change a row's bits (see batch_invariant_rows). null (auto): on
     # where the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
     # float32 (exact up to float32 rounding, and faster batched). models/local.py.
     batch_invariant: Optional[bool] = None
