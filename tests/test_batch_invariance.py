@@ -228,6 +228,8 @@ def test_batch_invariant_summaries_do_not_depend_on_their_batch(compose_cfg):
     assert len(together) == len(requests) and all(text for text, _ in together.values())
     assert generated([[r] for r in reversed(requests)]) == together
     assert generated([requests[1::2], requests[0::2]]) == together
+    model.kv_budget_bytes = 1  # every prompt through its chunks alone, each row decoded as soon as it is ready
+    assert generated([requests]) == together
 
 
 @pytest.mark.real_model

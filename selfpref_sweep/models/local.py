@@ -377,7 +377,9 @@ class LocalModel(ModelAPI):
     def _invariant_generate(self, group: List[Tuple[GenerateRequest, List[int]]]
                             ) -> Iterator[Tuple[GenerateRequest, Generation]]:
         """Batch-invariant summaries (one max_new_tokens): each prompt's last forward right-padded to its width,
-        then rows of one width decoded together as soon as a batch of them is ready (the rest at the end)."""
+        then rows of one width decoded together as soon as a batch of them is ready, or, when the waiting rows'
+        caches outgrow half the KV budget, the fullest width's rows as they are (the rest at the end). Which rows
+        share a batch never changes a row's bits (every batch is filled to the same shape)."""
         prompts = [ids for _, ids in group]
         widths = [self._decode_width(len(p)) for p in prompts]
         pending: Dict[int, list] = {}
@@ -389,6 +391,10 @@ class LocalModel(ModelAPI):
                 ready.append((i, out.last_hidden_state[r, last].clone(), _row_copy(cache, r)))
                 if len(ready) == self._decode_rows:
                     yield from self._decode_ready(group, pending.pop(widths[i]), widths[i])
+            waiting = sum(w * len(ready) for w, ready in pending.items()) * self._kv_bytes_per_token
+            if waiting > self.kv_budget_bytes // 2:
+                width = max(pending, key=lambda w: len(pending[w]))
+                yield from self._decode_ready(group, pending.pop(width), width)
         for width, ready in sorted(pending.items()):
             yield from self._decode_ready(group, ready, width)
 
