@@ -68,20 +68,28 @@ def test_individual_dose_preset_judges_one_summary_at_a_time_with_the_controls_o
     assert arm.name == "recognition" and arm.n_articles == 10 and arm.lr == 1.0e-4
 
 
-def test_seeds_preset_trains_three_seeds_per_arm_and_the_positive_control_once():
-    cfg = _compose(["experiment=finetune_seeds_individual"])
+@pytest.mark.parametrize("preset, judge, lr, seeds", [
+    ("finetune_seeds_individual", ("qwen15", "individual"), 1.0e-4,
+     {"none": [0], "recognition 10": [0, 1, 2], "length 10": [0, 1, 2], "prefer_longer 10": [0]}),
+    ("finetune_seeds_pairwise", ("qwen05", "pairwise"), 3.0e-4,
+     {"none": [0], "recognition 2": [0, 1, 2], "recognition 10": [0, 1, 2], "length 10": [0, 1, 2],
+      "prefer_longer 10": [0]}),
+])
+def test_seeds_presets_train_three_seeds_per_arm_and_the_positive_control_once(preset, judge, lr, seeds):
+    cfg = _compose([f"experiment={preset}"])
     arms = cfg.hydra.sweeper.params["finetune_arm"].split(",")
-    assert cfg.evaluator.name == "qwen15" and cfg.setting.name.value == "individual"
+    assert (cfg.evaluator.name, cfg.setting.name.value) == judge
     trained = {}
     for arm in arms:
-        task = _compose(["experiment=finetune_seeds_individual", f"finetune_arm={arm}"]).finetune_task
-        trained.setdefault(task.name.value, []).append(int(task.seed))
-        assert task.name.value == "none" or (task.n_articles == 10 and task.lr == 1.0e-4)
-    assert {k: sorted(v) for k, v in trained.items()} == {
-        "none": [0], "recognition": [0, 1, 2], "length": [0, 1, 2], "prefer_longer": [0]}
+        task = _compose([f"experiment={preset}", f"finetune_arm={arm}"]).finetune_task
+        name = task.name.value if task.name.value == "none" else f"{task.name.value} {task.n_articles}"
+        trained.setdefault(name, []).append(int(task.seed))
+        assert task.name.value == "none" or task.lr == lr
+    assert {k: sorted(v) for k, v in trained.items()} == seeds
 
 
-@pytest.mark.parametrize("preset", ["finetune_dose_response", "finetune_dose_individual", "finetune_seeds_individual"])
+@pytest.mark.parametrize("preset", ["finetune_dose_response", "finetune_dose_individual", "finetune_seeds_individual",
+                                    "finetune_seeds_pairwise"])
 def test_dose_response_arms_share_their_evaluation_articles(preset: str):
     # Every arm, in-domain and cross-dataset, is judged on the same articles, all past the largest N's training
     # articles: the fine-tuned models can be compared with the base item by item, and none sees its training data.
