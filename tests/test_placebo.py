@@ -200,7 +200,7 @@ def test_plan_mode_counts_the_placebo_calls(compose_cfg, tmp_path):
     assert on["uncached_calls"] - off["uncached_calls"] == 6  # two orders per judged pair, nothing else
     ind = plan_cell(resolve_cell(compose_cfg([*base, "judge.placebo=on", "setting=individual"],
                                              store=tmp_path / "c.sqlite")), tmp_path / "ind")
-    assert ind["placebo"]["requests"] == 6  # asked pairwise in an individual-setting cell too
+    assert ind["placebo"]["requests"] == 6  # each summary alone in an individual-setting cell: 3 items x 2
 
 
 def test_an_unknown_question_stops_the_cell_before_any_call(compose_cfg, tmp_path):
@@ -249,3 +249,42 @@ def test_slopes_and_agreement_from_item_frames():
     assert pooled["placebo_slope_ci_low"] < 0 < pooled["placebo_slope_ci_high"]
     assert pooled["reading"] == Q.APART and pooled["n_agreement"] == 80 and pooled["mcnemar_p"] < 0.05
     assert frame.iloc[2]["reading"].startswith(f"{Q.NO_PLACEBO}: the cell records no placebo block")
+
+
+# ---------------------------------------------------------------------------- the individual format
+def test_individual_cells_ask_it_one_summary_at_a_time_against_the_median_length():
+    from selfpref_sweep.cell.judging import OTHER, OWN
+    from selfpref_sweep.measurements.placebo.placebo_cell import median_words
+
+    stage = placebo_stage(_Judge(), JudgeConfig(placebo="on"), FAKE_JUDGE, PROMPTS, PAIRS, "individual")
+    assert stage.state.asked.value == "individual"
+    assert stage.state.words == median_words([t for p in PAIRS for t in (p.own, p.other)]) == 2
+    for item, pair in zip(stage.answer_items, PAIRS):
+        reqs = item.by_question["length"]
+        assert set(reqs) == {OWN, OTHER}
+        assert f"Summary:\n{pair.own}\n" in reqs[OWN].messages[1].content
+        assert f"Summary:\n{pair.other}\n" in reqs[OTHER].messages[1].content
+        assert "Does this summary have more than 2 words?" in reqs[OWN].messages[1].content
+        assert reqs[OWN].answers == ("Yes", "No")
+    # a judge that reads the question: P(Yes) rises with the summary's length
+    dists = {r: AnswerDistribution({"Yes": p, "No": 1 - p}, "full_distribution")
+             for item, pair in zip(stage.answer_items, PAIRS)
+             for slot, r in item.by_question["length"].items()
+             for p in [min(0.95, 0.2 * len((pair.own if slot == OWN else pair.other).split()))]}
+    records = score_placebo(stage, dists, min_mass=0.5)
+    assert records["a0"]["truth"] == "own" and records["a0"]["logodds"] == pytest.approx(np.log(0.8 / 0.4))
+    assert records["a0"]["correct"] == pytest.approx(0.8 / 1.2)  # own / (own + other), as individual recognition
+    assert records["a1"]["truth"] == "other" and records["a1"]["correct"] == pytest.approx(0.95 / 1.35)
+    assert records["a2"]["correct"] is None  # a tie: no right answer
+    block = summarize_placebo(Stage(True, "on", stage.answer_items, state=stage.state, records=records), [],
+                              "individual", 0.95)
+    assert block["asked"] == "individual" and block["words"] == 2 and block["n"] == 2
+    assert "one summary at a time, more than 2 words?" in format_placebo(block)
+    assert PlaceboMeasurement().view(records["a0"])["own: P(Yes)"] == pytest.approx(0.8)
+
+
+def test_a_question_without_an_individual_form_is_asked_pairwise_in_individual_cells():
+    stage = placebo_stage(_Judge(), JudgeConfig(placebo="on", placebo_question="vowel"), FAKE_JUDGE, PROMPTS, PAIRS,
+                          "individual")
+    assert stage.state.asked.value == "pairwise" and stage.state.words is None
+    assert set(stage.answer_items[0].by_question["vowel"]) == {BACKWARD, FORWARD}

@@ -241,18 +241,27 @@ ZERO_DENOMINATOR = "zero_denominator"  # own and other both scored 0: own/(own+o
 
 
 def individual_reading(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> SummaryReading:
-    """recognition: P(first answer, "Yes") renormalized over the answers; preference: the expected
-    score under the renormalized distribution over "1".."5" (answers are the score values)."""
+    """A yes/no question (recognition, a placebo): P(first answer, "Yes") renormalized over the answers;
+    preference: the expected score under the renormalized distribution over "1".."5" (answers are the score
+    values)."""
     p = [max(0.0, float(dist.probs.get(a, 0.0))) for a in answers]
     mass = sum(p)
     if mass <= 0:
         value = None
-    elif question == "recognition":
+    elif question == "recognition" or not all(_is_number(a) for a in answers):
         value = p[0] / mass
     else:
         value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
     return SummaryReading(dict(zip(answers, p)), mass, value, dist.method, dist.missing_reason,
                           [a for a in answers if a in dist.bounded])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> Dict:

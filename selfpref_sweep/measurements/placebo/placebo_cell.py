@@ -6,8 +6,13 @@ length control, "which summary is longer in terms of word count?" (`judge.placeb
 under prompts.pairwise that has a truth in TRUTHS below). The requests are built by the pairwise request builder
 and scored by the pairwise scoring of the cell's own questions, with the cell's own summary in the "own" slot,
 so the verdict's score and log-odds say how much the judge picks OWN on the placebo, the same orientation as
-recognition and preference. It is asked in individual-setting cells too: pairwise, on the same own/other pairs
-(there is no one-summary form of "which is longer?"), and its choice is set against the individual verdicts'.
+recognition and preference.
+
+Individual-setting cells ask it in their own format where the prompts have one (prompts.individual.<question>;
+the paper set has `length`): each summary alone, "does this summary have more than {words} words?", {words}
+the median word count of the cell's judged summaries, scored as individual recognition is (P(Yes) of each
+summary, own / (own + other), log-odds log(own / other)), so a judge that reads the question gives the longer
+summary the higher P(Yes). Where the prompts have no individual form, it is asked pairwise on the same pairs.
 
 Two readings per cell (summary.json's `placebo` block):
 - accuracy: mean P(correct) over the items whose summaries differ on the feature (ties have no right answer);
@@ -28,8 +33,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ...cell.judging import ItemRequests, pairwise_requests
+from ...cell.judging import OTHER as OTHER_SLOT, OWN as OWN_SLOT, ItemRequests, pairwise_requests
 from ...cell.pairs import Pair
+from ...cell.prompts import chat
 from ...cell.scoring import article_mean, score_items
 from ...config import JudgeConfig, ModelConfig, SettingName, Switch
 from ...errors import ConfigError
@@ -68,10 +74,19 @@ def truth_of(question: str, own: str, other: str) -> Tuple[str, float, float]:
     return (TIE if abs(a - b) <= _TOL else OWN if a > b else OTHER), a, b
 
 
-def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping) -> Tuple[bool, str]:
+def asked_format(setting: SettingName | str, prompts: Mapping, question: str) -> SettingName:
+    """How the placebo is asked: in the individual format in an individual-setting cell whose prompts have
+    the question's individual form, else pairwise."""
+    individual = SettingName(setting) == SettingName.individual and question in (prompts.get("individual") or {}) \
+        and question in (prompts.get("individual_answers") or {})
+    return SettingName.individual if individual else SettingName.pairwise
+
+
+def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping,
+                    setting: SettingName | str = SettingName.pairwise) -> Tuple[bool, str]:
     """(on?, why): judge.placebo, with auto on where the judge's calls cost nothing (the backend contract's
-    costs_money, as the competence control) and where the prompt set has the question. An unknown question,
-    or a missing prompt with judge.placebo=on, is a ConfigError."""
+    costs_money, as the competence control) and where the prompt set has the question (in the format the cell
+    asks it: asked_format). An unknown question, or a missing prompt with judge.placebo=on, is a ConfigError."""
     from ...models import backend_class
 
     mode, question = Switch(cfg.placebo), str(cfg.placebo_question)
@@ -84,7 +99,8 @@ def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping) 
     if mode == Switch.auto and backend_class(judge_cfg.backend).costs_money(judge_cfg):
         return False, (f"judge.placebo=auto is off for the {where}, whose calls may cost; judge.placebo=on "
                        f"turns it on")
-    if question not in (prompts.get("pairwise") or {}):
+    if asked_format(setting, prompts, question) == SettingName.pairwise and question not in (prompts.get("pairwise")
+                                                                                            or {}):
         missing = (f"the prompt prompts.pairwise.{question}, which prompts={prompts.get('name')} does not have")
         if mode == Switch.on:
             raise ConfigError(f"judge.placebo=on needs {missing}: add it, set judge.placebo_question to one it "
@@ -97,25 +113,54 @@ def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping) 
 
 @dataclass
 class PlaceboState:
-    """The stage's question and each asked article's truth: article id -> (truth, own value, other value)."""
+    """The stage's question, how it is asked, the individual form's word threshold (None when pairwise), and
+    each asked article's truth: article id -> (truth, own value, other value)."""
 
     question: str
+    asked: SettingName = SettingName.pairwise
+    words: Optional[int] = None
     truths: Dict[str, Tuple[str, float, float]] = field(default_factory=dict)
 
 
-def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping, pairs: Sequence[Pair]
-                  ) -> Stage:
-    """The placebo's requests for every judged pair, the own summary in the "own" slot (forward: own first).
-    `judge` is the cell's judge (a CachedModel or plan mode's stand-in), `judge_cfg` its model config."""
-    enabled, reason = placebo_enabled(cfg, judge_cfg, prompts)
+def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping, pairs: Sequence[Pair],
+                  setting: SettingName | str = SettingName.pairwise) -> Stage:
+    """The placebo's requests for every judged pair, the own summary in the "own" slot (pairwise forward: own
+    first; individual: own and other each alone). `judge` is the cell's judge (a CachedModel or plan mode's
+    stand-in), `judge_cfg` its model config."""
+    enabled, reason = placebo_enabled(cfg, judge_cfg, prompts, setting)
     if not enabled:
         return Stage(False, reason)
-    state = PlaceboState(str(cfg.placebo_question))
+    question = str(cfg.placebo_question)
+    state = PlaceboState(question, asked_format(setting, prompts, question))
+    if state.asked == SettingName.individual:
+        state.words = median_words([text for p in pairs for text in (p.own, p.other)])
     items = []
     for p in pairs:
-        state.truths[p.article_id] = truth_of(state.question, p.own, p.other)
-        items.append(ItemRequests(p.article_id, {state.question: pairwise_requests(judge, prompts, state.question, p)}))
+        state.truths[p.article_id] = truth_of(question, p.own, p.other)
+        if state.asked == SettingName.individual:
+            by_slot = {slot: _individual_request(judge, prompts, question, p.article, text, state.words)
+                       for slot, text in ((OWN_SLOT, p.own), (OTHER_SLOT, p.other))}
+        else:
+            by_slot = pairwise_requests(judge, prompts, question, p)
+        items.append(ItemRequests(p.article_id, {question: by_slot}))
     return Stage(True, reason, items, state=state)
+
+
+def median_words(texts: Sequence[str]) -> int:
+    """The median word count of the texts, rounded down (0 without texts): the individual form's threshold."""
+    counts = sorted(int(L.word_count(t)) for t in texts)
+    if not counts:
+        return 0
+    mid = len(counts) // 2
+    return counts[mid] if len(counts) % 2 else (counts[mid - 1] + counts[mid]) // 2
+
+
+def _individual_request(judge, prompts: Mapping, question: str, article: str, summary: str, words: int):
+    from ...models.base import AnswerRequest
+
+    return AnswerRequest(judge.identity, chat(prompts["individual"][question], article=article, summary=summary,
+                                              words=str(words)),
+                         judge.judge_decoding(prompts["individual_answers"][question]))
 
 
 def correct_probability(p_own: Optional[float], truth: str) -> Optional[float]:
@@ -138,8 +183,7 @@ def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, di
     state: PlaceboState = stage.state
     truth = TRUTHS[state.question]
     out: Dict[str, dict] = {}
-    for item, scored in zip(stage.answer_items, score_items(stage.answer_items, dists, SettingName.pairwise,
-                                                            min_mass)):
+    for item, scored in zip(stage.answer_items, score_items(stage.answer_items, dists, state.asked, min_mass)):
         verdict = scored[state.question]
         which, own_value, other_value = state.truths[item.article_id]
         out[item.article_id] = {**verdict, "question": state.question, "feature": truth.feature,
@@ -230,7 +274,8 @@ def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confide
     agree = agreement(records, items, confidence)
     question = stage.state.question
     return {"enabled": True, "reason": stage.reason, "question": question, "feature": TRUTHS[question].feature,
-            "asked": SettingName.pairwise.value, "setting": setting,
+            "asked": stage.state.asked.value, "setting": setting,
+            **({"words": stage.state.words} if stage.state.words is not None else {}),
             "accuracy": article_mean([r["correct"] for _, r in graded], ids, confidence, bounded=True),
             "accuracy_logodds": article_mean([r["correct_logodds"] for _, r in graded], ids, confidence),
             "own": article_mean([r["score"] for r in scored.values()], list(scored), confidence, bounded=True),
@@ -247,7 +292,10 @@ def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
     if not summary_block.get("enabled"):
         return f"  placebo question  off ({summary_block.get('reason')})"
     agree = block(summary_block, "agreement")
-    head = (f"  placebo question  {summary_block.get('question')}: accuracy {estimate_text(block(summary_block, 'accuracy'))} "
+    asked = summary_block.get("asked")
+    how = f" (one summary at a time, more than {summary_block.get('words')} words?)" if asked == "individual" else ""
+    head = (f"  placebo question  {summary_block.get('question')}{how}: accuracy "
+            f"{estimate_text(block(summary_block, 'accuracy'))} "
             f"(n={summary_block.get('n')}, ties {summary_block.get('n_ties')}, excluded "
             f"{summary_block.get('n_excluded')})")
     if not agree.get("n_agreement"):
@@ -278,6 +326,9 @@ def view_placebo(record: Any) -> Optional[Dict[str, Any]]:
     for name, part in (record.get("orders") or {}).items():
         if isinstance(part, dict):
             out[f"{name} P(own)"] = part.get("p_own")
+    for name, part in (record.get("summaries") or {}).items():  # asked in the individual format
+        if isinstance(part, dict):
+            out[f"{name}: P(Yes)"] = part.get("value")
     return out
 
 
@@ -323,7 +374,7 @@ class PlaceboMeasurement(Measurement):
 
     def prepare(self, inputs, judge, judge_cfg) -> Stage:
         spec = inputs.spec
-        return placebo_stage(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs)
+        return placebo_stage(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs, spec.setting)
 
     def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
         return score_placebo(stage, dists, min_mass)

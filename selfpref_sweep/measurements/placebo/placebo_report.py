@@ -1,7 +1,7 @@
 """The placebo question's report side. Question sensitivity: does the judge read the question?
 
-Cells that asked the placebo question (placebo_cell.py: a third pairwise question on the cell's own
-pairs whose right answer is in the text and not about authorship, e.g. which summary has more words) record
+Cells that asked the placebo question (placebo_cell.py: a third question on the cell's own pairs, in the
+cell's format, whose right answer is in the text and not about authorship, e.g. which summary has more words) record
 per item its log-odds of picking the own summary, in the same orientation as recognition and preference. Two
 comparisons are read from them, per cell and pooled per evaluator variant × setting × label (never across
 settings or label conditions):
