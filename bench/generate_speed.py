@@ -1,7 +1,10 @@
 """Batched greedy summaries against one prompt at a time, on paper_xsum articles.
 
 Both runs decode the same summarization prompts greedily with the same model (qwen05 by default, in its
-configured dtype); one with generate_batch=1, one with --batch (the model's generate_batch by default).
+configured dtype); one with generate_batch=1, one with --batch (the model's generate_batch by default). In
+float32 that is one prompt at a time against left-padded batches; in batch-invariant computation (bf16's
+default) generate_batch is the fixed row count of every decoding step, so it is 1 row per step against --batch
+rows of one padded width.
 Needs the paper data:
 
     python bench/generate_speed.py [--root ../shared/paper-data] [--n-articles 16] [--batch 8]
@@ -61,8 +64,9 @@ def main() -> None:
     list(model.generate(requests[:1]))  # warm-up
     runs = {}
     for size in (1, batch):
-        # One at a time is transformers' generate() on each prompt, as before batching; batched runs prefill
-        # each prompt alone into the (emptied) prefix LRU and decode the batch together.
+        # Batched schedule: one at a time is transformers' generate() on each prompt; batched runs prefill each
+        # prompt alone into the (emptied) prefix LRU and decode the batch together. Batch-invariant: the decoding
+        # steps' row count (docstring).
         model.generate_batch, model.prefix_reuse = size, size > 1
         model.prefix_lru.clear()
         start = time.time()

@@ -51,8 +51,8 @@ multiple of DECODE_WIDTH tokens (its width, a function of its own length), and r
 together, each new token at the same cache slot in every row, the padding masked and each row's positions
 its own. Every decoding step is then one fixed shape, and a summary depends on its own prompt only. The
 identity's `schedule` ("chunks64d8", on a GPU "chunks64x32d32") keeps these results apart from batched ones in
-the call cache. bench/judge_speed.py, bench/batch_invariance.py
-and bench/gpu_judge.py measure the cost.
+the call cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py
+measure the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
 requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
