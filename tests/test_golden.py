@@ -30,6 +30,7 @@ VARYING_SUMMARY_KEYS = {
     "created_at",  # the fine-tune's time stamp
     "peak_rss_gb",  # memory high-water mark of the training process: depends on the allocator and what ran before
     "cache_dir",  # the fine-tune cache entry's absolute path (under the test's tmp dir)
+    "launch",  # the writing process (host, PID) and the cell's digest (its config holds the tmp dir's paths)
 }
 
 

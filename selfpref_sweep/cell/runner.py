@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,10 @@ from .results import cell_summary, format_result, item_records, table_row
 from .scoring import item_verdicts
 
 log = logging.getLogger(__name__)
+
+# When this process began its launch (as near as the runner's import): a cell summary written since then by
+# another process is another launch's work, done while this one ran (_finished_by_another_launch).
+LAUNCH_STARTED = time.time()
 
 
 def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -> Dict[str, Any]:
@@ -74,6 +80,7 @@ def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], star
                 summary.extra["inverse_check"] = _inverse_check(spec, evaluator, judge, finetune.model, dataset,
                                                           inputs.selection.all, run_dir)
         summary.extra.update(models.ledger())  # after every call of the cell (the inverse check's included)
+        summary.extra["launch"] = _launch_block(spec.config)
     atomic_write_jsonl(run_dir / RESULTS_FILE, [it.to_json() for it in items])
     summary.elapsed_s = round(time.time() - start, 2)
     _track(spec, run_dir, wandb_group, summary, items)
@@ -89,17 +96,44 @@ def _say_waiting(holder: Holder, claim: Path) -> None:
 
 
 def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> Optional[Dict[str, Any]]:
-    """The result the launch this one waited for wrote into this folder, when it finished the cell; None when
-    there is none to use (it ran elsewhere or failed): this launch then runs the cell, from the cache."""
-    if claims.waited_on is None or not claims.summary_changed:
+    """The result another launch wrote into this folder, when it finished the cell: the launch this one waited
+    for, or one that finished it while this one ran without meeting its claim (it got there first); None when
+    there is none to use (it ran elsewhere or failed, or the folder holds an earlier run's result): this launch
+    then runs the cell, from the cache."""
+    if claims.waited_on is not None and claims.summary_changed:
+        by = f"the launch it waited for, {claims.waited_on.describe()}"
+    elif _finished_by_another_launch(run_dir / SUMMARY_FILE, claims.digest):
+        by = "another launch, which finished this cell while this launch ran"
+    else:
         return None
     record = read_cell(run_dir, items=False)
     if record.summary is None or record.summary.status != STATUS_COMPLETE:
         return None
     summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
     print(format_result(summary, str(run_dir / SUMMARY_FILE), verbose))
-    print(f"  (computed by the launch it waited for, {claims.waited_on.describe()}; this launch made no calls)")
+    print(f"  (computed by {by}; this launch made no calls)")
     return summary
+
+
+def _launch_block(config: Dict[str, Any]) -> Dict[str, Any]:
+    """summary.json's `launch`: which work (the cell's digest) which process (host, PID) wrote."""
+    from ..store.claims import cell_digest
+
+    return {"cell_digest": cell_digest(config), "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def _finished_by_another_launch(summary_file: Path, digest: str) -> bool:
+    """Whether the summary file was written, since this launch began, by another process for the same work. A
+    file from before (a re-run of a finished sweep) does not count: that re-run recomputes from the cache, as
+    a re-run always has."""
+    try:
+        if summary_file.stat().st_mtime < LAUNCH_STARTED:
+            return False
+        launch = json.loads(summary_file.read_text(encoding="utf-8")).get("launch") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return bool(digest) and launch.get("cell_digest") == digest and \
+        (launch.get("host"), launch.get("pid")) != (socket.gethostname(), os.getpid())
 
 
 @dataclass

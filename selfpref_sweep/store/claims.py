@@ -219,12 +219,14 @@ def _summary_stamp(path: Path) -> Optional[tuple]:
 
 @dataclass
 class CellClaims:
-    """The cell's two claims, held; `waited_on` names the launch this one waited for, if any, and
-    `summary_changed` says whether the cell's summary file was (re)written meanwhile."""
+    """The cell's two claims, held; `waited_on` names the launch this one waited for, if any,
+    `summary_changed` says whether the cell's summary file was (re)written meanwhile, and `digest` is the
+    cell's (cell_digest)."""
 
     claims: List[Claim]
     waited_on: Optional[Holder]
     summary_changed: bool
+    digest: str = ""
 
 
 @contextmanager
@@ -243,7 +245,7 @@ def cell_claims(config: Mapping[str, Any], run_dir: Path, store_path: Path, summ
             claim.acquire(on_wait)
             held.append(claim)
         waited = next((c.waited_on for c in claims if c.waited_on is not None), None)
-        yield CellClaims(claims, waited, _summary_stamp(summary_file) != before)
+        yield CellClaims(claims, waited, _summary_stamp(summary_file) != before, digest)
     finally:
         for claim in reversed(held):
             claim.release()
