@@ -158,3 +158,8 @@ def test_the_report_says_which_cells_mean_something(compose_cfg, tmp_path):
     cell = {"jc_passed": True, "pl_enabled": True, "pl_accuracy_logodds_ci_low": -0.1, "pl_alike": False}
     assert J.verdict(pd.Series({**cell, "setting": "pairwise"})).startswith("uninformative: the judge does not")
     assert J.verdict(pd.Series({**cell, "setting": "individual"})).startswith("informative, with a caveat")
+    assert J.verdict(pd.Series({**cell, "setting": "individual", "pl_asked": "pairwise"})).startswith(
+        "informative, with a caveat")
+    # Asked in the individual format, the placebo speaks to the cell's own format: not answered, it decides.
+    assert J.verdict(pd.Series({**cell, "setting": "individual", "pl_asked": "individual"})).startswith(
+        "uninformative: the judge does not")

@@ -28,12 +28,13 @@ TEXT = method_text("judge_controls", overall_conservative=OVERALL_CONSERVATIVE)
 def verdict(cell: pd.Series) -> str:
     """The cell's reading in words: informative, or the first reason it is not (or what was not run)."""
     competence, placebo, alike = competence_report.passed(cell), placebo_report.read(cell), placebo_report.alike(cell)
-    # The placebo is always asked pairwise; in an individual cell its accuracy speaks to the pairwise format, not
-    # to the cell's own questions, so there it qualifies the verdict instead of deciding it.
-    individual = cell.get("setting") == "individual"
+    # A placebo asked pairwise in an individual cell (older cells; a question without an individual prompt)
+    # speaks to the pairwise format, not to the cell's own questions, so there it qualifies the verdict instead
+    # of deciding it. Asked one summary at a time, it decides as in a pairwise cell.
+    other_format = cell.get("setting") == "individual" and cell.get("pl_asked") != "individual"
     if competence is False:
         return "uninformative: the judge failed the competence control"
-    if placebo is False and not individual:
+    if placebo is False and not other_format:
         return "uninformative: the judge does not answer the placebo question (does not read the question)"
     if alike is True:
         return "uninformative: the judge answers recognition, preference and the placebo alike"

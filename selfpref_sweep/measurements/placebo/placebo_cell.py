@@ -348,6 +348,7 @@ def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
     alike = summary_block.get("alike")
     return {"pl_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
             "pl_question": summary_block.get("question"),
+            "pl_asked": summary_block.get("asked"),  # pairwise, or individual (one summary at a time)
             **numbers(block(summary_block, "accuracy"), "pl_accuracy", CI_FIELDS),
             **numbers(block(summary_block, "accuracy_logodds"), "pl_accuracy_logodds", CI_FIELDS),
             **{k: v for column, key in _AGREE.items() for k, v in _rate_columns(block(agree, key), column).items()},
@@ -366,7 +367,7 @@ class PlaceboMeasurement(Measurement):
     name = item_key = summary_key = FIELD
     prefix = "pl"
     omit_missing = True  # only judged pairs get the question
-    cell_column_names = ("pl_enabled", "pl_question", *(f"pl_accuracy_{k}" for k in CI_FIELDS),
+    cell_column_names = ("pl_enabled", "pl_question", "pl_asked", *(f"pl_accuracy_{k}" for k in CI_FIELDS),
                          *(f"pl_accuracy_logodds_{k}" for k in CI_FIELDS),
                          *(f"{column}{k}" for column in _AGREE for k in ("", "_ci_low", "_ci_high")),
                          "pl_n_agreement", "pl_alike", "pl_n", "pl_n_excluded", "pl_reason")
