@@ -31,7 +31,7 @@ def verdict(cell: pd.Series) -> str:
     # A placebo asked pairwise in an individual cell (older cells; a question without an individual prompt)
     # speaks to the pairwise format, not to the cell's own questions, so there it qualifies the verdict instead
     # of deciding it. Asked one summary at a time, it decides as in a pairwise cell.
-    other_format = cell.get("setting") == "individual" and cell.get("pl_asked") != "individual"
+    other_format = cell.get("setting") == "individual" and not placebo_report.asked_individually(cell)
     if competence is False:
         return "uninformative: the judge failed the competence control"
     if placebo is False and not other_format:

@@ -242,6 +242,11 @@ def read(cell: pd.Series) -> Optional[bool]:
     return bool(low > chance) if math.isfinite(low) else False
 
 
+def asked_individually(cell: pd.Series) -> bool:
+    """Whether the cell asked the placebo one summary at a time (its own format in an individual cell)."""
+    return cell.get("pl_asked") == "individual"
+
+
 def alike(cell: pd.Series) -> Optional[bool]:
     """The cell's summary.json reading: McNemar's test does not tell the placebo's agreement with recognition from
     preference's (placebo_rule)."""
