@@ -25,11 +25,12 @@ def sweep(tmp_path, name, store, *overrides):
 
 
 def cells(sweep_dir):
-    """Each cell's results and summary, by its overrides, without the wall-clock time."""
+    """Each cell's results and summary, by its overrides, without the wall-clock time and the writing process."""
     out = {}
     for summary_path in sweep_dir.glob("*/summary.json"):
         summary = json.loads(summary_path.read_text())
         summary.pop("elapsed_s", None)
+        summary.pop("launch", None)
         out[summary_path.parent.name] = ((summary_path.parent / "results.jsonl").read_text(), summary)
     return out
 
