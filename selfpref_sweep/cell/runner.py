@@ -54,10 +54,11 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         reused = _reused_result(claims, run_dir, spec.verbose)
         if reused is not None:
             return reused
-        return _run_claimed(spec, run_dir, wandb_group, start)
+        return _run_claimed(spec, run_dir, wandb_group, start, claims.digest)
 
 
-def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], start: float) -> Dict[str, Any]:
+def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], start: float, digest: str
+                 ) -> Dict[str, Any]:
     with CellModels(spec) as models:
         dataset, warnings = load_articles(spec)  # an empty selection fails here, before any training
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
@@ -80,7 +81,7 @@ def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], star
                 summary.extra["inverse_check"] = _inverse_check(spec, evaluator, judge, finetune.model, dataset,
                                                           inputs.selection.all, run_dir)
         summary.extra.update(models.ledger())  # after every call of the cell (the inverse check's included)
-        summary.extra["launch"] = _launch_block(spec.config)
+        summary.extra["launch"] = _launch_block(digest)
     atomic_write_jsonl(run_dir / RESULTS_FILE, [it.to_json() for it in items])
     summary.elapsed_s = round(time.time() - start, 2)
     _track(spec, run_dir, wandb_group, summary, items)
@@ -115,11 +116,9 @@ def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> Optional
     return summary
 
 
-def _launch_block(config: Dict[str, Any]) -> Dict[str, Any]:
+def _launch_block(digest: str) -> Dict[str, Any]:
     """summary.json's `launch`: which work (the cell's digest) which process (host, PID) wrote."""
-    from ..store.claims import cell_digest
-
-    return {"cell_digest": cell_digest(config), "host": socket.gethostname(), "pid": os.getpid()}
+    return {"cell_digest": digest, "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _finished_by_another_launch(summary_file: Path, digest: str) -> bool:

@@ -30,12 +30,12 @@ anyway, off skips it.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ...cell.judging import OTHER as OTHER_SLOT, OWN as OWN_SLOT, ItemRequests, pairwise_requests
+from ...cell.judging import OTHER as OTHER_SLOT, OWN as OWN_SLOT, ItemRequests, individual_request, pairwise_requests
 from ...cell.pairs import Pair
-from ...cell.prompts import chat
 from ...cell.scoring import article_mean, score_items
 from ...config import JudgeConfig, ModelConfig, SettingName, Switch
 from ...errors import ConfigError
@@ -138,7 +138,7 @@ def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapp
     for p in pairs:
         state.truths[p.article_id] = truth_of(question, p.own, p.other)
         if state.asked == SettingName.individual:
-            by_slot = {slot: _individual_request(judge, prompts, question, p.article, text, state.words)
+            by_slot = {slot: individual_request(judge, prompts, question, p.article, text, words=str(state.words))
                        for slot, text in ((OWN_SLOT, p.own), (OTHER_SLOT, p.other))}
         else:
             by_slot = pairwise_requests(judge, prompts, question, p)
@@ -148,19 +148,7 @@ def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapp
 
 def median_words(texts: Sequence[str]) -> int:
     """The median word count of the texts, rounded down (0 without texts): the individual form's threshold."""
-    counts = sorted(int(L.word_count(t)) for t in texts)
-    if not counts:
-        return 0
-    mid = len(counts) // 2
-    return counts[mid] if len(counts) % 2 else (counts[mid - 1] + counts[mid]) // 2
-
-
-def _individual_request(judge, prompts: Mapping, question: str, article: str, summary: str, words: int):
-    from ...models.base import AnswerRequest
-
-    return AnswerRequest(judge.identity, chat(prompts["individual"][question], article=article, summary=summary,
-                                              words=str(words)),
-                         judge.judge_decoding(prompts["individual_answers"][question]))
+    return int(statistics.median(L.word_count(t) for t in texts)) if texts else 0
 
 
 def correct_probability(p_own: Optional[float], truth: str) -> Optional[float]:
