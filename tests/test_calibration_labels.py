@@ -3,13 +3,15 @@ label, never bare (analysis/calibration.py). The labels are derived from the cov
 (analysis/calibration.json, written by `simulate --coverage --out-json`): these tests feed planted tables and
 check the shipped one."""
 
+import math
+
 import pytest
 
 from selfpref_sweep.analysis import calibration as C
 from selfpref_sweep.analysis import resample as RS
 from selfpref_sweep.analysis import tables as T
 from selfpref_sweep.analysis.fit import (LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN,
-                                         FitResult, SpecificityResult)
+                                         FitResult, InteractionResult, SpecificityResult)
 
 POOLED, PER_DATASET = "setting × label", "setting × label × dataset"
 HOLDS, FAILS, MC = "holds", "does not hold", "within MC error"
@@ -34,7 +36,7 @@ PLANTED = [
 
 @pytest.fixture
 def planted(monkeypatch):
-    monkeypatch.setattr(C, "_shipped", lambda: tuple(PLANTED))
+    monkeypatch.setattr(C, "_shipped", lambda replicated=False: tuple(PLANTED))
 
 
 def fit(group_by, level=LEVEL_UNIT, method=OLS_PLAIN, ok=True):
@@ -82,7 +84,7 @@ def test_a_test_is_labelled_when_it_fails_or_most_of_its_figures_miss_on_one_sid
 
 
 def test_without_the_data_file_nothing_is_labelled(monkeypatch):
-    monkeypatch.setattr(C, "_shipped", lambda: ())
+    monkeypatch.setattr(C, "_shipped", lambda replicated=False: ())
     assert C.calibration_label("fit", LEVEL_UNIT, OLS_PLAIN, True) == ""
 
 
@@ -102,3 +104,50 @@ def test_the_shipped_table_labels_every_row_kind_it_shows_off_target():
             assert f"{100 * min(r['rate'] for r in scoring):.0f}" in label
             assert f"{100 * max(r['rate'] for r in scoring):.0f}" in label
     assert off, "the shipped study finds some row off its target (the plain OLS headline, the MixedLM)"
+
+
+def test_the_shipped_replicated_table_is_the_three_adapter_study():
+    records = C._shipped(replicated=True)
+    assert records, "selfpref_sweep/analysis/calibration_replicated.json is shipped with the package"
+    design = C._data(True)["design"]
+    assert design["adapters_per_arm"] == 3 and design["adapter_sd"] > 0
+    assert C._data(False)["design"]["adapters_per_arm"] == 1
+
+
+def interaction(group_by, level=LEVEL_UNIT, p=0.01):
+    return InteractionResult(level=level, group_by=group_by, group="pairwise / none", n=12, n_recognition=6,
+                             n_control=6, ok=True, estimate=0.3, se=0.1, ci_low=0.1, ci_high=0.5, p=p)
+
+
+def test_the_interaction_test_is_labelled_by_the_study_of_the_sweeps_design():
+    """With one adapter per arm the shipped study finds the pooled paper-unit interaction test at its size (no
+    label); with three adapters per arm it over-rejects, and a replicated sweep's row says so, naming that study."""
+    rows = [interaction(POOLED), interaction(PER_DATASET)]
+    one = labels(T.interaction_table(rows))
+    pooled, _ = labels(T.interaction_table(rows, replicated=True))
+    assert one == ["", ""]
+    assert pooled.startswith("over-rejects pooled over datasets: a true null was rejected in")
+    assert "3 adapters per arm" in pooled and "docs/results/coverage_adapters.md" in pooled
+    # A row without a test has no label.
+    assert labels(T.interaction_table([interaction(POOLED, p=math.nan), interaction(PER_DATASET)],
+                                      replicated=True))[0] == ""
+
+
+def test_a_common_line_reading_carries_the_interaction_tests_label():
+    """"One/no common line" rests on the interaction test: where that test is off its size for the sweep's
+    design, the specificity row's calibration column says so beside the shift's own label."""
+    def row(verdict):
+        return SpecificityResult(level=LEVEL_UNIT, group_by=POOLED, group="x", n=12, n_recognition=6, n_control=6,
+                                 ok=True, shift=0.01, ci_low=-0.02, ci_high=0.04, p=0.4, margin=0.05,
+                                 verdict=verdict)
+    no_line, one_line, inconclusive, _ = labels(T.specificity_table(
+        [row("no common line: the shift is within ±0.05 (TOST p = 0.010), but the interaction test rejects a "
+             "common slope (p = 0.020)"),
+         row("one common line: the shift is within ±0.05 (TOST p = 0.010) and the interaction test does not "
+             "reject a common slope (p = 0.400)"),
+         row("inconclusive: neither a shift nor equivalence within ±0.05")]
+        + [SpecificityResult(level=LEVEL_UNIT, group_by=PER_DATASET, group="y", n=6, n_recognition=3,
+                             n_control=3, ok=False)], replicated=True))
+    for label in (no_line, one_line):
+        assert "the interaction test behind this reading over-rejects pooled over datasets" in label
+    assert "interaction test" not in inconclusive

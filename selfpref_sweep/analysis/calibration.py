@@ -9,6 +9,18 @@ data (calibration.json beside this module):
         --cache outputs/coverage_reps.jsonl --out-md docs/coverage.md \
         --out-json selfpref_sweep/analysis/calibration.json
 
+A sweep whose fine-tuned arms are replicated (several adapters per arm, ``finetune_task.seed``) is scored by a
+second table, the same study with 3 adapters per arm and training randomness (adapter SD 0.1 on the log-odds
+scale, pairwise, 10 articles: docs/results/coverage_adapters.md), written the same way to
+calibration_replicated.json:
+
+    python -m selfpref_sweep.analysis.simulate --coverage --reps 300 --articles 10 --settings pairwise \
+        --adapters-per-arm 3 --adapter-sd 0.1 --workers 2 --cache outputs/cov_after_sd0.1.jsonl \
+        --out-json selfpref_sweep/analysis/calibration_replicated.json
+
+More adapters make more points, so a test that is conservative with one adapter per arm can over-reject with
+three (the interaction test does); a replicated sweep's rows carry the replicated study's labels.
+
 Each kind of report row is scored by some rows of that table (SCORED_BY). Where they show it off its target
 (95% intervals covering 93-97%, 5% tests rejecting 3-7%), the report prints the row with a label that says, in
 words, what the simulation found, with the figures read from the data, instead of bare: so no reader takes it
@@ -29,8 +41,9 @@ from .fit import GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_V
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS
 
 POOLED = GROUPINGS[0][0]  # "setting × label": every dataset (or transfer condition) of a condition together
-SEE = "docs/coverage.md"
-DATA_FILE = "calibration.json"
+# The study behind each table: one adapter per arm (the default), or replicated arms.
+DATA_FILES = {False: "calibration.json", True: "calibration_replicated.json"}
+SEE = {False: "docs/coverage.md", True: "docs/results/coverage_adapters.md"}
 FAILS = "does not hold"  # coverage.FAILS (not imported: coverage.py pulls in the whole estimation)
 FAR_TOO_NARROW = 0.6  # an interval covering under 60% is read as descriptive only
 
@@ -46,6 +59,10 @@ SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]],
     (("specificity", LEVEL_UNIT, None, False), ("specificity|paper unit|transfer|",)),
     (("specificity", LEVEL_SOURCE, None, True), ("specificity|source|all|",)),
     (("specificity", LEVEL_SOURCE, None, False), ("specificity|source|transfer|",)),
+    (("interaction", LEVEL_UNIT, None, True), ("interaction|paper unit|all|",)),
+    (("interaction", LEVEL_UNIT, None, False), ("interaction|paper unit|transfer|",)),
+    (("interaction", LEVEL_SOURCE, None, True), ("interaction|source|all|",)),
+    (("interaction", LEVEL_SOURCE, None, False), ("interaction|source|transfer|",)),
     *((((f"resampled {what}", level, method, pooled),
         (f"{tag}|{what}|{level}|{'all' if pooled else grouping}|",))
        for method, tag in ((RESAMPLE_CORRECTED, "rs"), (RESAMPLE_OLS, "rsols"))
@@ -58,22 +75,31 @@ SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]],
 
 
 @functools.lru_cache(maxsize=None)
-def _data() -> dict[str, Any]:
-    """The shipped coverage table (empty when the file is absent: no labels)."""
+def _data(replicated: bool = False) -> dict[str, Any]:
+    """The shipped coverage table of one design (empty when the file is absent: no labels)."""
     try:
-        return json.loads(resources.files(__package__).joinpath(DATA_FILE).read_text(encoding="utf-8"))
+        return json.loads(resources.files(__package__).joinpath(DATA_FILES[replicated]).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
 
 
-def _shipped() -> tuple[dict[str, Any], ...]:
-    """The shipped table's rows."""
-    return tuple(_data().get("rows", ()))
+def _shipped(replicated: bool = False) -> tuple[dict[str, Any], ...]:
+    """The shipped table's rows (one adapter per arm, or replicated arms)."""
+    return tuple(_data(replicated).get("rows", ()))
 
 
 def _targets() -> dict[str, Sequence[float]]:
-    """The targets the table was scored against (coverage.TARGETS, as the study wrote them)."""
-    return dict(_data().get("targets", {}))
+    """The targets the tables were scored against (coverage.TARGETS, as the study wrote them)."""
+    return dict(_data(False).get("targets", {}) or _data(True).get("targets", {}))
+
+
+def _study(replicated: bool) -> str:
+    """Where a label's figures come from, in words: the simulated design and its write-up."""
+    if not replicated:
+        return f"simulated, {SEE[False]}"
+    design = _data(True).get("design", {})
+    return (f"simulated with {design.get('adapters_per_arm', 'several')} adapters per arm and training SD "
+            f"{design.get('adapter_sd', '?')}, {SEE[True]}")
 
 
 def _side(row: Mapping[str, Any], targets: Mapping[str, Sequence[float]]) -> int:
@@ -88,9 +114,11 @@ def _span(rates: Iterable[float]) -> str:
     return f"{lo:.0f}%" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}%"
 
 
-def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[str, Sequence[float]]) -> str:
+def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[str, Sequence[float]],
+             study: str = f"simulated, {SEE[False]}") -> str:
     """The label for a report row scored by ``rows`` (coverage-table records) against ``targets`` (kind -> the
-    band a rate should lie in), or "" where they show it at its stated rate."""
+    band a rate should lie in), or "" where they show it at its stated rate; ``study`` says where the figures
+    come from."""
     if not rows:
         return ""
     sides = [_side(r, targets) for r in rows]
@@ -118,7 +146,7 @@ def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[s
     what = "coverage" if kind == "coverage" else "a true null was rejected in"
     nominal = "95%" if kind == "coverage" else "5%"
     tail = "; descriptive only" if word == "far too narrow" else ""
-    return f"{word}{where}: {what} {figures}, for a nominal {nominal}{tail} (simulated, {SEE})"
+    return f"{word}{where}: {what} {figures}, for a nominal {nominal}{tail} ({study})"
 
 
 def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
@@ -128,9 +156,11 @@ def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
 
 
 def scoring_rows(what: str, level: str, method: str, pooled: bool,
-                 records: Optional[Sequence[Mapping[str, Any]]] = None) -> list[Mapping[str, Any]]:
-    """The coverage-table records (default: the shipped ones) that score a report row of this kind."""
-    records = _shipped() if records is None else records
+                 records: Optional[Sequence[Mapping[str, Any]]] = None,
+                 replicated: bool = False) -> list[Mapping[str, Any]]:
+    """The coverage-table records (default: the shipped ones of the sweep's design) that score a report row of
+    this kind."""
+    records = _shipped(replicated) if records is None else records
     for (kind, lvl, meth, pool), prefixes in SCORED_BY:
         if kind == what and lvl in (None, level) and meth in (None, method) and pool in (None, pooled):
             return [r for r in records if any(str(r["key"]).startswith(p) for p in prefixes)]
@@ -138,7 +168,10 @@ def scoring_rows(what: str, level: str, method: str, pooled: bool,
 
 
 def calibration_label(what: str, level: str, method: str, pooled: bool,
-                      records: Optional[Sequence[Mapping[str, Any]]] = None) -> str:
-    """The label of a row of kind ``what`` ("fit", "specificity" or "resampled <coefficient>", e.g. "resampled
-    slope"), or "" where the simulation found it at its stated rate (or did not measure it)."""
-    return describe(scoring_rows(what, level, method, pooled, records), pooled, _targets())
+                      records: Optional[Sequence[Mapping[str, Any]]] = None, replicated: bool = False) -> str:
+    """The label of a row of kind ``what`` ("fit", "specificity", "interaction" or "resampled <coefficient>",
+    e.g. "resampled slope"), or "" where the simulation found it at its stated rate (or did not measure it).
+    ``replicated``: the sweep's fine-tuned arms have several adapters each (report.Design.replicated), so the
+    replicated study scores it."""
+    return describe(scoring_rows(what, level, method, pooled, records, replicated), pooled, _targets(),
+                    _study(replicated))

@@ -79,6 +79,12 @@ class AnalysisResult:
             return getattr(self.est, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    @property
+    def replicated(self) -> bool:
+        """Whether the sweep's fine-tuned arms have several adapters each: the replicated coverage study then
+        labels its rows (calibration.py)."""
+        return bool(self.design is not None and self.design.replicated)
+
     def shows(self, name: str) -> bool:
         """Whether the report has the item ``name`` (report_items.report_items()) for this sweep's design."""
         return any(item.name == name for item in R.applicable(self))
@@ -157,7 +163,8 @@ def _fit_sentences(result: AnalysisResult) -> list[str]:
                        f"({f.no_interval})")
             continue
         label = calibration_label("fit", f.level, f.method,
-                                  pooled_over_datasets(f.group_by, {g.group_by for g in result.unit_fits}))
+                                  pooled_over_datasets(f.group_by, {g.group_by for g in result.unit_fits}),
+                                  replicated=result.replicated)
         out.append(
             f"Headline fit (the paper's statistic: plain OLS over the variant × dataset points), {f.group}: "
             f"slope {T.fmt(f.slope)} (95% CI {T.fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
@@ -175,7 +182,8 @@ def _corrected_sentence(result: AnalysisResult, paper: FitResult) -> list[str]:
         return []
     ci = T.fmt_ci(f.ci_low, f.ci_high, why=f.no_interval)
     label = calibration_label(f"resampled {SLOPE}", f.level, f.method,
-                              pooled_over_datasets(f.group_by, {g.group_by for g in result.resampled}))
+                              pooled_over_datasets(f.group_by, {g.group_by for g in result.resampled}),
+                              replicated=result.replicated)
     return [f"Corrected headline fit, {f.group}, {T.SCALE_NAMES.get(f.scale, f.scale)} scale (beside the paper's "
             f"statistic): slope {T.fmt(f.estimate)} "
             f"(95% CI {ci}; dataset term: {'yes' if f.dataset_term else 'no'}, recognition's measurement error "

@@ -132,7 +132,7 @@ ONE_ADAPTER_PER_ARM = (
 
 def _finetune_vs_base_text(result: AnalysisResult) -> str:
     text = method_text("finetune_vs_base")
-    return text if result.design is not None and result.design.replicated else f"{ONE_ADAPTER_PER_ARM}\n\n{text}"
+    return text if result.replicated else f"{ONE_ADAPTER_PER_ARM}\n\n{text}"
 
 
 def _labels_table(result: AnalysisResult) -> Optional[pd.DataFrame]:
@@ -148,20 +148,23 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
                method_text("label_comparison", label_reference=LABEL_REFERENCE), _labels_table,
                applies=lambda d: d.label_pairs, to_wandb=REPORT_TABLE),
     ReportItem("regression_units", "Headline: self-preference on self-recognition at the paper's unit",
-               _headline_text, lambda r: T.paper_statistic_table(r.unit_fits), plots=("preference_vs_recognition",),
+               _headline_text, lambda r: T.paper_statistic_table(r.unit_fits, r.replicated),
+               plots=("preference_vs_recognition",),
                applies=lambda d: d.headline, to_wandb=REPORT_TABLE, fitted=lambda r: r.unit_fits),
     ReportItem("units", "The paper-unit points", method_text("units"), lambda r: T.units_table(r.units), level=3),
     ReportItem("regression_resampled", "Headline, corrected: one joint article resample",
-               method_text("resampled"), lambda r: T.resampled_table(r.resampled), applies=lambda d: d.headline,
+               method_text("resampled"), lambda r: T.resampled_table(r.resampled, r.replicated),
+               applies=lambda d: d.headline,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.resampled),
     ReportItem("regression_robustness", "Robustness: source-level and item-level fits", method_text("robustness"),
-               lambda r: T.regression_table(r.robustness_fits), to_wandb=REPORT_TABLE,
+               lambda r: T.regression_table(r.robustness_fits, r.replicated), to_wandb=REPORT_TABLE,
                fitted=lambda r: r.robustness_fits),
     ReportItem("specificity", "Specificity: does preference follow recognition, whatever moved it?",
-               _specificity_text, lambda r: T.specificity_table(r.specificity),
+               _specificity_text, lambda r: T.specificity_table(r.specificity, r.replicated),
                applies=lambda d: d.finetune_tests, to_wandb=REPORT_TABLE, fitted=lambda r: r.specificity),
     ReportItem("interaction", "Recognition vs control fine-tunes: the interaction test", _interaction_text,
-               lambda r: T.interaction_table(r.interactions), applies=lambda d: d.finetune_tests,
+               lambda r: T.interaction_table(r.interactions, r.replicated),
+               applies=lambda d: d.finetune_tests,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.interactions),
     ReportItem("finetune_vs_base", "Fine-tuned vs base model on the same items", _finetune_vs_base_text,
                lambda r: T.finetune_vs_base_table(r.diffs), plots=("finetune_vs_base",),

@@ -121,10 +121,11 @@ SCALE_NAMES = {"paper": "paper", "logodds": "log-odds"}
 _POINT_WORDS = {"paper unit": "paper units", "source": "cells", "item": "items"}
 
 
-def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
+def regression_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.DataFrame:
     """Display table of fits: slope, intercept, r and their 95% CIs, R², n; unfitted groups say why.
 
-    Level and method columns appear only when the fits mix them (the robustness table)."""
+    Level and method columns appear only when the fits mix them (the robustness table). ``replicated``: the
+    sweep's arms have several adapters each, so the replicated coverage study labels the rows (calibration.py)."""
     levels = sorted({f.level for f in fits})
     groupings = {f.group_by for f in fits}
     mixed = len(levels) > 1 or len({f.method for f in fits}) > 1
@@ -150,8 +151,8 @@ def regression_table(fits: Sequence[FitResult]) -> pd.DataFrame:
                 "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high, why=f.no_interval if f.n_clusters is None else ""),
                 "R²": fmt(f.r2),
                 "note": f.note,
-                CALIBRATION_COL: calibration_label("fit", f.level, f.method, pooled_over_datasets(f.group_by, groupings))
-                if f.ok else "",
+                CALIBRATION_COL: calibration_label("fit", f.level, f.method, pooled_over_datasets(f.group_by, groupings),
+                                                   replicated=replicated) if f.ok else "",
             }
         )
         rows.append(row)
@@ -170,16 +171,16 @@ _COEFFICIENTS = {"slope": "slope", "intercept": "intercept", "shift": "shift in 
                  "interaction": "interaction: recognition × recognition_finetune"}
 
 
-def paper_statistic_table(fits: Sequence[FitResult]) -> pd.DataFrame:
+def paper_statistic_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.DataFrame:
     """The headline regression table, its rows labelled as the paper's statistic (set a replication against
     the paper's number here; the corrected fit is resampled_table's)."""
-    table = regression_table(fits)
+    table = regression_table(fits, replicated)
     if not table.empty:
         table["statistic"] = PAPER_STATISTIC  # last: the columns before it are regression_table's
     return table
 
 
-def resampled_table(fits: Sequence[ResampledFit]) -> pd.DataFrame:
+def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False) -> pd.DataFrame:
     """The fits refitted on one joint article resample (resample.py), each coefficient by the method the
     coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on."""
     rows = []
@@ -197,7 +198,8 @@ def resampled_table(fits: Sequence[ResampledFit]) -> pd.DataFrame:
             "training SD (adapters)": f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
             "reliability of recognition": fmt(f.reliability, 2), "note": f.note,
             CALIBRATION_COL: calibration_label(f"resampled {f.what}", f.level, f.method,
-                                               pooled_over_datasets(f.group_by, groupings)) if f.ok else "",
+                                               pooled_over_datasets(f.group_by, groupings),
+                                               replicated=replicated) if f.ok else "",
         })
     return _drop_empty_calibration(pd.DataFrame(rows))
 
@@ -208,8 +210,11 @@ def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
     return df.drop(columns=["cov", "df_resid"], errors="ignore")
 
 
-def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
+def interaction_table(results: Sequence[InteractionResult], replicated: bool = False) -> pd.DataFrame:
+    """The recognition-vs-control interaction, both kinds' slopes, and the calibration label where the coverage
+    study of the sweep's design found the test off its size."""
     rows = []
+    groupings = {r.group_by for r in results}
     for r in results:
         rows.append(
             {
@@ -222,9 +227,18 @@ def interaction_table(results: Sequence[InteractionResult]) -> pd.DataFrame:
                 "slope, recognition fine-tunes [95% CI]": est_ci(
                     r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high, r.no_interval),
                 "note": r.note,
+                CALIBRATION_COL: _interaction_label(r, groupings, replicated),
             }
         )
-    return pd.DataFrame(rows)
+    return _drop_empty_calibration(pd.DataFrame(rows))
+
+
+def _interaction_label(r: Any, groupings: set[str], replicated: bool) -> str:
+    """The interaction test's calibration label ("" for a row without a test)."""
+    if not (r.ok and math.isfinite(r.p)):
+        return ""
+    return calibration_label("interaction", r.level, r.method, pooled_over_datasets(r.group_by, groupings),
+                             replicated=replicated)
 
 
 def _finetune_row_head(r: Any) -> dict[str, str]:
@@ -240,8 +254,10 @@ def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame([r.to_dict() for r in results])
 
 
-def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
-    """The shift in preference at matched recognition, its equivalence test and what the outcome says."""
+def specificity_table(results: Sequence[SpecificityResult], replicated: bool = False) -> pd.DataFrame:
+    """The shift in preference at matched recognition, its equivalence test and what the outcome says. A reading
+    that rests on the interaction test ("one common line", "no common line") carries that test's calibration
+    label beside the shift's own."""
     rows = []
     groupings = {r.group_by for r in results}
     for r in results:
@@ -255,10 +271,24 @@ def specificity_table(results: Sequence[SpecificityResult]) -> pd.DataFrame:
             "common slope [95% CI]": est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
             "reading": r.verdict or DASH,
             "note": r.note,
-            CALIBRATION_COL: calibration_label("specificity", r.level, r.method,
-                                               pooled_over_datasets(r.group_by, groupings)) if r.ok else "",
+            CALIBRATION_COL: _specificity_label(r, groupings, replicated),
         })
     return _drop_empty_calibration(pd.DataFrame(rows))
+
+
+COMMON_LINE_WORDS = ("one common line", "no common line")
+
+
+def _specificity_label(r: Any, groupings: set[str], replicated: bool) -> str:
+    """The shift test's calibration label, and the interaction test's where the reading rests on it."""
+    if not r.ok:
+        return ""
+    pooled = pooled_over_datasets(r.group_by, groupings)
+    labels = [calibration_label("specificity", r.level, r.method, pooled, replicated=replicated)]
+    if (r.verdict or "").startswith(COMMON_LINE_WORDS):
+        inter = calibration_label("interaction", r.level, r.method, pooled, replicated=replicated)
+        labels.append(f"the interaction test behind this reading {inter}" if inter else "")
+    return "; ".join(label for label in labels if label)
 
 
 def specificity_frame(results: Sequence[SpecificityResult]) -> pd.DataFrame:
