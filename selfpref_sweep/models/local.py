@@ -386,9 +386,9 @@ class LocalModel(ModelAPI):
         for rows, out, cache in self._invariant_runs(prompts, [[self._pad_id] * (w - len(p))
                                                                for p, w in zip(prompts, widths)]):
             for r, i in enumerate(rows):
-                last = len(prompts[i]) - self._bound(prompts[i]) - 1
+                last = self._tail_last(prompts[i])
                 ready = pending.setdefault(widths[i], [])
-                ready.append((i, out.last_hidden_state[r, last].clone(), _row_copy(cache, r)))
+                ready.append((i, out.last_hidden_state[r, last].clone(), _rows_copy(cache, r, r + 1)))
                 if len(ready) == self._decode_rows:
                     yield from self._decode_ready(group, pending.pop(widths[i]), widths[i])
             waiting = sum(w * len(ready) for w, ready in pending.items()) * self._kv_bytes_per_token
@@ -497,7 +497,7 @@ class LocalModel(ModelAPI):
             hidden = out.last_hidden_state
             for r, i in enumerate(rows):
                 self.tokens_requested += len(prompts[i])
-                last = len(prompts[i]) - self._bound(prompts[i]) - 1  # the tail's last real token (pads follow)
+                last = self._tail_last(prompts[i])
                 dist = self._distributions(hidden[r, last:last + 1].clone(), _row_cache(cache, r), [len(prompts[i])],
                                            [requests[i]])
                 yield requests[i], dist[0]
@@ -505,6 +505,10 @@ class LocalModel(ModelAPI):
     def _bound(self, prompt: List[int]) -> int:
         """The last chunk boundary before the prompt's last token: its cache is built in chunks up to there."""
         return (len(prompt) - 1) // self.chunk * self.chunk
+
+    def _tail_last(self, prompt: List[int]) -> int:
+        """The position of the prompt's last real token within its tail forward (right padding follows it)."""
+        return len(prompt) - self._bound(prompt) - 1
 
     # --------------------------------------------------------- batch-invariant computation
     def _invariant_runs(self, prompts: List[List[int]], extras: List[List[int]]
@@ -956,19 +960,15 @@ def _row_cache(cache, row: int):
 def _first_rows(cache, n: int):
     """The first `n` rows of a batch cache, copied where the batch has more (filler rows), so the filler rows'
     memory is not held by the caches kept."""
-    if cache.layers[0].keys.shape[0] == n:
-        return cache
-    twin = _clone_cache(cache)
-    for layer in twin.layers:
-        layer.keys, layer.values = layer.keys[:n].clone(), layer.values[:n].clone()
-    return twin
+    return cache if cache.layers[0].keys.shape[0] == n else _rows_copy(cache, 0, n)
 
 
-def _row_copy(cache, row: int):
-    """Row `row` of a batch cache as a cache of its own, copied (a view would hold the whole batch's memory)."""
+def _rows_copy(cache, start: int, stop: int):
+    """Rows start..stop-1 of a batch cache as a cache of their own, copied (a view would hold the whole batch's
+    memory)."""
     twin = _clone_cache(cache)
     for layer in twin.layers:
-        layer.keys, layer.values = layer.keys[row:row + 1].clone(), layer.values[row:row + 1].clone()
+        layer.keys, layer.values = layer.keys[start:stop].clone(), layer.values[start:stop].clone()
     return twin
 
 
