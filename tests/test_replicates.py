@@ -100,9 +100,11 @@ def test_the_resampled_fits_see_training_randomness():
     assert found[0.4] > found[0.0] and 0.2 < found[0.4] < 0.7, found
 
 
-def test_a_positive_control_is_read_and_kept_out_of_the_fits():
-    """A prefer_longer arm (trained on the preference question) moves preference by construction: the analysis
-    reads its Δ preference as the positive control and fits preference on recognition without it."""
+def test_a_positive_control_is_read_toward_its_trained_direction_and_kept_out_of_the_fits():
+    """A prefer_longer arm moves preference toward the longer summary on every item. The judge's own summary is
+    the longer one on half the articles, so its Δ self-preference cancels; the analysis reads the Δ toward the
+    longer summary (positive_control.py), which shows the move, leaves out and counts the tied items, and fits
+    preference on recognition without the arm."""
     from selfpref_sweep.analysis import tables as T
     from selfpref_sweep.analysis.estimates import estimate
 
@@ -111,12 +113,29 @@ def test_a_positive_control_is_read_and_kept_out_of_the_fits():
     for col in ("evaluator_variant", "cell_id"):
         items.loc[vowel, col] = items.loc[vowel, col].str.replace("ft vowel", "ft prefer_longer")
     items.loc[vowel, "finetune_task"] = "prefer_longer"
-    items.loc[vowel, "pref_logodds"] += 2.0
-    items.loc[vowel, "pref_score"] = np.clip(items.loc[vowel, "pref_score"] + 0.3, 0, 1)
+    article = items["article_id"].astype(str).str.extract(r"(\d+)$")[0].astype(int)
+    own_longer = np.where(article % 2 == 0, 1.0, -1.0)
+    items["own_words"] = np.where(own_longer > 0, 30.0, 15.0)
+    items["other_words"] = np.where(article == 8, 30.0, 20.0)  # article 8: 30 words each, no direction
+    items.loc[vowel, "pref_logodds"] += 2.0 * own_longer[vowel]
+    items.loc[vowel, "pref_score"] = np.clip(items.loc[vowel, "pref_score"] + 0.3 * own_longer[vowel], 0, 1)
     est = estimate(items)
     assert (est.units["finetune_task"] == "prefer_longer").sum() == 2  # its units are shown
     headline = [f for f in est.unit_fits if f.group_by == "setting × label"][0]
     assert headline.n == len(est.units) - 2  # ... and left out of the fit
-    table = T.positive_control_table(est.arms, ["prefer_longer"])
-    assert len(table) == 2 and table["reading"].str.startswith("preference moved").all()
-    assert T.positive_control_table(est.arms[est.arms["finetune_task"] != "prefer_longer"], ["prefer_longer"]).empty
+    toward = est.positive_controls
+    assert len(toward) == 2 and (toward["toward"] == "the longer summary").all()
+    assert (toward["dpref_logodds_mean"] > 1.5).all() and (toward["dpref_logodds_ci_low"] > 0).all()
+    assert (toward["drec_logodds_mean"].abs() < 0.5).all()  # recognition was not trained: it did not follow
+    n_sources = items["source"].nunique()
+    assert (toward["n_items_tied"] == n_sources).all()  # article 8 in each source of the arm
+    self_pref = est.arms[est.arms["finetune_task"] == "prefer_longer"]
+    assert (self_pref["dpref_logodds_mean"].abs() < 0.5).all()  # cancels: not the readout
+    table = T.positive_control_table(est.arms, ["prefer_longer"], toward)
+    assert len(table) == 2 and table["reading"].str.startswith("preference moved the trained way").all()
+    # Without the summaries' word counts there is no direction to read, and the table says so.
+    blind = T.positive_control_table(est.arms, ["prefer_longer"], estimate(items.drop(
+        columns=["own_words", "other_words"])).positive_controls)
+    assert blind["reading"].str.startswith("no trained direction").all()
+    assert T.positive_control_table(est.arms[est.arms["finetune_task"] != "prefer_longer"], ["prefer_longer"],
+                                    toward).empty

@@ -19,6 +19,7 @@ import pandas as pd
 import yaml
 
 from ..records.sweep_dirs import find_cell_dirs
+from ..records.text_features import word_count
 
 from ..measurements import CI_FIELDS as _CI_FIELDS, block as _block, number, numbers, registered
 from ..records.schema import CELL_DEFAULTS as _CELL_DEFAULTS
@@ -224,12 +225,19 @@ def _score(verdict: Optional[Verdict]) -> tuple[float, float, bool, Optional[str
     return num(verdict.score), num(verdict.logodds), verdict.excluded, None if reason is None else str(reason)
 
 
+def _words(text: Optional[str]) -> float:
+    return float(word_count(text)) if isinstance(text, str) else math.nan
+
+
 def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
     """The item frame's rows of one cell's items."""
     rows: list[dict[str, Any]] = []
     measurements = registered()
     for item in items:
-        row = {**base, "article_id": item.article_id}
+        row = {**base, "article_id": item.article_id,
+               # Word counts of the two summaries as the judge saw them: the direction the positive control
+               # (prefer_longer) was trained toward (positive_control.py).
+               "own_words": _words(item.own_summary), "other_words": _words(item.other_summary)}
         for q in QUESTIONS:
             p = QUESTION_PREFIX[q]
             score = _score(item.verdicts.get(q))
@@ -266,7 +274,7 @@ _ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
 
 def item_columns() -> tuple[str, ...]:
     """The item frame's columns: the cell's coordinates, the two questions' scores, each measurement's."""
-    return _ITEM_CELL_COLS + ("article_id",) + _ITEM_SCORE_COLS + tuple(
+    return _ITEM_CELL_COLS + ("article_id", "own_words", "other_words") + _ITEM_SCORE_COLS + tuple(
         c for m in registered() for c in m.item_column_names)
 
 

@@ -225,6 +225,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     }
     if result.design is not None and result.design.label_pairs:  # other designs' files stay as they were
         frames["label_comparison.csv"] = result.labels
+    if result.design is not None and result.design.positive_control:
+        frames["positive_control.csv"] = result.positive_controls
     if result.design is not None and result.design.per_source:
         frames[f"{S.NAME}.csv"] = S.per_source_frame(result.data.cells, result.data.items)
     # Machine keys beside the display labels (tables.MACHINE_KEYS); a row's level where its file fixes it.

@@ -172,7 +172,7 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
     ReportItem("finetune_arms", "Fine-tuned vs base, per arm: its adapters pooled", method_text("finetune_arms"),
                lambda r: T.arm_deltas_table(r.arms), applies=lambda d: d.diffs and d.replicated),
     ReportItem("positive_control", "Positive control: can this judge's preference move?",
-               method_text("positive_control"), lambda r: T.positive_control_table(r.arms, POSITIVE_CONTROLS),
+               method_text("positive_control"), lambda r: T.positive_control_table(r.arms, POSITIVE_CONTROLS, r.positive_controls),
                applies=lambda d: d.diffs and d.positive_control),
     ReportItem("dose_trend", "Dose-response: the recognition arms' change over N",
                method_text("dose_trend"),

@@ -385,24 +385,44 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
         fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"), d["note"] or ""])
 
 
-def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str]) -> pd.DataFrame:
-    """The positive-control arms' Δ preference (arms.py) and what it says: whether preference moved."""
+def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Optional[pd.DataFrame] = None
+                           ) -> pd.DataFrame:
+    """The positive-control arms: Δ preference toward the direction each was trained (positive_control.py), which
+    says whether preference moved; Δ recognition toward it (whether the judge now picks that summary whatever it
+    is asked); and their Δ self-preference (arms.py), which need not move."""
     sub = arms[arms["finetune_task"].astype(str).isin(list(tasks))] if not arms.empty else arms
-    cols = ["setting", "label", "dataset", "arm", "adapters", "Δ preference [95% CI]",
-            "Δ preference, log-odds [95% CI]", "p (Holm p)", "reading"]
+    toward = toward if toward is not None else pd.DataFrame()
+    keys = ["setting", "label", "dataset", "arm"]
+    turned = {tuple(str(d[k]) for k in keys): d for _, d in toward.iterrows()}
+    cols = ["setting", "label", "dataset", "arm", "adapters", "trained toward", "items without a direction",
+            "Δ preference toward it [95% CI]", "Δ preference toward it, log-odds [95% CI]", "p (Holm p)",
+            "Δ recognition toward it, log-odds [95% CI]", "Δ self-preference [95% CI]",
+            "Δ self-preference, log-odds [95% CI]", "reading"]
 
-    def reading(d: pd.Series) -> str:
+    def reading(d: Optional[pd.Series]) -> str:
+        if d is None:
+            return "no trained direction (the summaries' texts are not in the results): cannot say"
         lo, hi = d["dpref_paper_ci_low"], d["dpref_paper_ci_high"]
         if not (pd.notna(lo) and pd.notna(hi)):
             return "no interval: cannot say whether preference moved"
-        if lo > 0 or hi < 0:
-            return "preference moved (CI excludes 0): a preference null in this setting is informative"
+        if lo > 0:
+            return "preference moved the trained way (CI above 0): a preference null in this setting is informative"
+        if hi < 0:
+            return ("preference moved against the trained way (CI below 0): the readout moves, but not as "
+                    "trained")
         return "preference did not move (CI includes 0): a preference null in this setting is uninformative"
 
-    return rows_table(sub, cols, lambda d: [
-        d["setting"], d["label"], d["dataset"], d["arm"], fmt_int(d["adapters"]),
-        ci_cell(d, "dpref_paper"), ci_cell(d, "dpref_logodds"),
-        f"{fmt_p(d.get('dpref_paper_p'))} ({fmt_p(d.get('dpref_paper_p_holm'))})", reading(d)])
+    def cells(d: pd.Series) -> list[str]:
+        t = turned.get(tuple(str(d[k]) for k in keys))
+        toward_cells = ([str(t["toward"]), fmt_int(t["n_items_tied"]), ci_cell(t, "dpref_paper"),
+                         ci_cell(t, "dpref_logodds"),
+                         f"{fmt_p(t.get('dpref_paper_p'))} ({fmt_p(t.get('dpref_paper_p_holm'))})",
+                         ci_cell(t, "drec_logodds")]
+                        if t is not None else [DASH] * 6)
+        return [d["setting"], d["label"], d["dataset"], d["arm"], fmt_int(d["adapters"]), *toward_cells,
+                ci_cell(d, "dpref_paper"), ci_cell(d, "dpref_logodds"), reading(t)]
+
+    return rows_table(sub, cols, cells)
 
 
 def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ from typing import Callable, Dict, Optional
 
 from ..config import CONTROL_QUESTION_TASKS, PREFERENCE_PROMPT_TASKS as _PREFERENCE_PROMPT_TASKS
 from ..config import RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
+from ..records.text_features import word_count
 
 VOWELS = frozenset("aeiouAEIOU")
 
@@ -21,10 +22,6 @@ RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
 CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)
 PREFERENCE_TASKS = tuple(t.value for t in _PREFERENCE_PROMPT_TASKS)  # the positive control(s)
 ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS + PREFERENCE_TASKS
-
-
-def word_count(text: str) -> int:
-    return len(text.split())
 
 
 def vowel_count(text: str) -> int:
