@@ -107,7 +107,10 @@ def test_a_positive_control_is_read_toward_its_trained_direction_and_kept_out_of
     preference on recognition without the arm."""
     from selfpref_sweep.analysis import tables as T
     from selfpref_sweep.analysis.estimates import estimate
+    from selfpref_sweep.analysis.positive_control import TRAINED_TOWARD
+    from selfpref_sweep.config import POSITIVE_CONTROL_TASKS
 
+    assert set(TRAINED_TOWARD) == {t.value for t in POSITIVE_CONTROL_TASKS}  # every control has a direction
     items = draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(5))
     vowel = items["finetune_task"] == "vowel"
     for col in ("evaluator_variant", "cell_id"):

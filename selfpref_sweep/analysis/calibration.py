@@ -98,8 +98,9 @@ def _study(replicated: bool) -> str:
     if not replicated:
         return f"simulated, {SEE[False]}"
     design = _data(True).get("design", {})
-    return (f"simulated with {design.get('adapters_per_arm', 'several')} adapters per arm and training SD "
-            f"{design.get('adapter_sd', '?')}, {SEE[True]}")
+    settings = "/".join(sorted({str(r.get("setting")) for r in _shipped(True)}))  # the study's settings only
+    return (f"simulated{f' ({settings})' if settings else ''} with {design.get('adapters_per_arm', 'several')} "
+            f"adapters per arm and training SD {design.get('adapter_sd', '?')}, {SEE[True]}")
 
 
 def _side(row: Mapping[str, Any], targets: Mapping[str, Sequence[float]]) -> int:

@@ -24,7 +24,6 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from ..config import POSITIVE_CONTROL_TASKS
 from .arms import ARM_COLUMNS, ARM_KEYS, arm_deltas
 from .load import arm_name
 from .units import QUESTION_PREFIXES, key_frame
@@ -39,18 +38,18 @@ class TrainedDirection:
     other: str  # and of the other summary's
 
 
+# Every positive control (config.POSITIVE_CONTROL_TASKS) has its direction here (tests/test_replicates.py checks).
 TRAINED_TOWARD: Mapping[str, TrainedDirection] = {
     "prefer_longer": TrainedDirection("the longer summary", "own_words", "other_words"),
 }
-assert set(TRAINED_TOWARD) == {t.value for t in POSITIVE_CONTROL_TASKS}, "every positive control reads a direction"
 
 TIES_COLUMN = "n_items_tied"  # the arm's fine-tuned items with no trained direction (equal features)
 
 
 def toward_trained(items: pd.DataFrame, direction: TrainedDirection) -> tuple[pd.DataFrame, pd.Series]:
-    """The items with their preference scores turned toward ``direction`` (module doc), and which items have no
-    direction (a tie, or a summary text missing): their preference is NaN, so every paired comparison leaves
-    them out."""
+    """The items with their preference and recognition scores turned toward ``direction`` (module doc), and which
+    items have no direction (a tie, or a summary text missing): their scores are NaN, so every paired comparison
+    leaves them out."""
     own = items[direction.own].astype(float).to_numpy()
     other = items[direction.other].astype(float).to_numpy()
     sign = np.sign(own - other)  # NaN where a count is missing
