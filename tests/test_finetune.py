@@ -21,7 +21,7 @@ from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.finetune import finetune_plan, format_plan, planned_training_articles, prepare_finetuned_evaluator
 from selfpref_sweep.finetune import labels as L
-from selfpref_sweep.finetune.examples import available_others, build_examples, label_examples
+from selfpref_sweep.finetune.examples import OWN_SOURCE, available_others, build_examples, label_examples, score_examples
 from selfpref_sweep.models import load_model
 from selfpref_sweep.store import Store
 from tests import finetune_fakes
@@ -29,7 +29,7 @@ from tests.conftest import CONF, FAKE_BACKEND, FAKE_EVALUATOR
 from tests.finetune_fakes import FAKE_TRAINER, with_control_prompts
 
 OPENAI_BACKEND = "openai=selfpref_sweep.models.openai_api:OpenAIModel"
-TASKS = ["recognition", "always_1", "random", "length", "vowel", "readability", "prefer_longer"]
+TASKS = ["recognition", "always_1", "random", "length", "vowel", "readability", "prefer_longer", "score_longer"]
 
 
 @pytest.fixture(autouse=True)
@@ -156,6 +156,41 @@ def test_control_examples_use_the_control_question_in_the_recognition_skeleton(c
         assert ex[0].messages[0] == rec[0].messages[0]  # the recognition system prompt
 
 
+def test_rank_levels_grow_with_word_count_and_ties_share_them():
+    words = ["a", "a b", "a b c", "a b c d", "a b c d e", "a b c d e f"]
+    assert L.rank_levels("score_longer", words, 5) == [0, 1, 2, 2, 3, 4]  # scores 1, 2, 3, 3, 4, 5
+    assert L.rank_levels("score_longer", words[::-1], 5) == [4, 3, 2, 2, 1, 0]  # by length, not by position
+    assert L.rank_levels("score_longer", ["a b", "c d", "e f g h"], 5) == [1, 1, 4]  # the tie shares rank 0.5
+    assert L.rank_levels("score_longer", ["a b", "c d"], 5) is None  # all tie: nothing to learn
+    assert L.rank_levels("score_longer", ["a", "a b"], 5) == [0, 4]
+
+
+def test_the_individual_positive_control_scores_each_summary_alone(compose_cfg):
+    """score_longer: one example per distinct summary of an article (the own once, each other source's once), the
+    individual preference prompt the evaluation builds, answered by the summary's length level on the 1-5 scale;
+    an article whose summaries all tie is dropped and counted."""
+    from selfpref_sweep.cell.judging import individual_messages
+
+    prompts = _prompts(compose_cfg([]))
+    three_sources = [("a5", "Article five.", "Own one two three.", "human", "Human one."),
+                     ("a5", "Article five.", "Own one two three.", "gpt4", "GPT-4 one two three four five.")]
+    ex, ties, tie_articles = score_examples("score_longer", "preference", prompts, HAND_PAIRS + three_sources)
+    assert (ties, tie_articles) == (2, 1)  # a3: own and gpt4 both four words
+    by = {(e.article_id, e.other): e.answer for e in ex}
+    assert by == {("a1", OWN_SOURCE): "1", ("a1", "human"): "5", ("a2", OWN_SOURCE): "5", ("a2", "human"): "1",
+                  ("a4", OWN_SOURCE): "1", ("a4", "claude"): "5",  # "Bzzt." 1 word, "Aeiou aeiou." 2
+                  ("a5", OWN_SOURCE): "3", ("a5", "human"): "1", ("a5", "gpt4"): "5"}
+    assert {e.own_position for e in ex if e.other == OWN_SOURCE} == {1} and \
+        {e.own_position for e in ex if e.other != OWN_SOURCE} == {0}
+    own5 = next(e for e in ex if e.article_id == "a5" and e.other == OWN_SOURCE)
+    assert own5.messages == individual_messages(prompts, "preference", "Article five.", "Own one two three.")
+    with pytest.raises(ValueError, match="score_examples"):
+        label_examples("score_longer", "preference", prompts, HAND_PAIRS, seed=0)
+    prompts["individual"].pop("preference")
+    with pytest.raises(ConfigError, match="individual.preference"):
+        score_examples("score_longer", "preference", prompts, HAND_PAIRS)
+
+
 def test_missing_control_prompt_names_the_key(compose_cfg):
     prompts = _prompts(compose_cfg([]))
     prompts["pairwise"].pop("vowel", None)
@@ -193,8 +228,12 @@ def test_every_task_builds_on_the_paper_data(ft_cfg, paper_data, task):
     store = Store(cfg.store.path)
     ex = build_examples(resolve_cell(cfg), load_model(cfg.evaluator, store, cfg.paths.model_cache, False))
     assert ex.others == ["human", "gpt4", "gpt35", "claude", "llama"]  # 5 others for a non-paper evaluator
-    assert ex.n_pairs == 3 * 5 and len(ex.examples) + ex.n_ties_dropped == 3 * 5 * 2
     bal = ex.label_balance
+    if task == "score_longer":  # one summary at a time: the own and each other's, scored 1-5 by length rank
+        assert ex.n_pairs == 3 * 5 and len(ex.examples) + ex.n_ties_dropped == 3 * 6
+        assert set(bal) <= {"1", "2", "3", "4", "5"} and bal["1"] >= 3 and bal["5"] >= 3
+        return
+    assert ex.n_pairs == 3 * 5 and len(ex.examples) + ex.n_ties_dropped == 3 * 5 * 2
     if task == "always_1":
         assert bal == {"1": 30, "2": 0}
     else:
@@ -353,6 +392,10 @@ def test_plan_sees_a_cached_adapter(ft_cfg, paper_data):
     plan = finetune_plan(resolve_cell(cfg))
     assert plan["status"] == "absent" and plan["n_examples"] == 2 * 5 * 2 and plan["n_examples_is_upper_bound"]
     assert "<= 20 examples" in format_plan(plan) and plan["transfer"] == "cross_dataset"
+    one_at_a_time = finetune_plan(resolve_cell(ft_cfg(["finetune_task=score_longer", "finetune_dataset=paper_xsum",
+                                                         f"dataset.root={paper_data}", "dataset=paper_cnn"])))
+    assert one_at_a_time["n_examples"] == 2 * (5 + 1) and "<= 12 examples" in format_plan(one_at_a_time)
+    assert not one_at_a_time["prompt_missing"]  # it asks the individual preference prompt, which exists
     _prepare(cfg)
     assert finetune_plan(resolve_cell(cfg))["status"] == "ready" and "cached" in format_plan(
         finetune_plan(resolve_cell(cfg)))

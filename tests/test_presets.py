@@ -70,7 +70,8 @@ def test_individual_dose_preset_judges_one_summary_at_a_time_with_the_controls_o
 
 @pytest.mark.parametrize("preset, judge, lr, seeds", [
     ("finetune_seeds_individual", ("qwen15", "individual"), 1.0e-4,
-     {"none": [0], "recognition 10": [0, 1, 2], "length 10": [0, 1, 2], "prefer_longer 10": [0]}),
+     {"none": [0], "recognition 10": [0, 1, 2], "length 10": [0, 1, 2], "prefer_longer 10": [0],
+      "score_longer 10": [0]}),
     ("finetune_seeds_pairwise", ("qwen05", "pairwise"), 3.0e-4,
      {"none": [0], "recognition 2": [0, 1, 2], "recognition 10": [0, 1, 2], "length 10": [0, 1, 2],
       "prefer_longer 10": [0]}),

@@ -236,7 +236,7 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
     for item in items:
         row = {**base, "article_id": item.article_id,
                # Word counts of the two summaries as the judge saw them: the direction the positive control
-               # (prefer_longer) was trained toward (positive_control.py).
+               # (prefer_longer, score_longer) was trained toward (positive_control.py).
                "own_words": _words(item.own_summary), "other_words": _words(item.other_summary)}
         for q in QUESTIONS:
             p = QUESTION_PREFIX[q]

@@ -1,7 +1,8 @@
 """The positive control read in the direction it was trained.
 
 A positive control (config.POSITIVE_CONTROL_TASKS) is trained on the preference question with answers that are
-not about authorship: prefer_longer calls the summary with more words the better one. Whether it moved this
+not about authorship: prefer_longer calls the summary with more words the better one (pairwise prompt), and
+score_longer gives a summary a higher 1-5 score the more words it has (individual prompt). Whether it moved this
 judge's preference is a question about that direction, not about self-preference. Its change in self-preference
 (fine-tuned − base on the same items) mixes two kinds of item: where the judge's own summary is the longer one
 it should rise, where the other source's is, fall; over a set of items where each is longer about half the
@@ -41,6 +42,7 @@ class TrainedDirection:
 # Every positive control (config.POSITIVE_CONTROL_TASKS) has its direction here (tests/test_replicates.py checks).
 TRAINED_TOWARD: Mapping[str, TrainedDirection] = {
     "prefer_longer": TrainedDirection("the longer summary", "own_words", "other_words"),
+    "score_longer": TrainedDirection("the longer summary", "own_words", "other_words"),
 }
 
 TIES_COLUMN = "n_items_tied"  # the arm's fine-tuned items with no trained direction (equal features)

@@ -47,13 +47,18 @@ def pairwise_requests(model, prompts: Mapping, question: str, pair: Pair,
             BACKWARD: AnswerRequest(model.identity, order_messages(prompts, question, pair, False, labels), decoding)}
 
 
-def individual_request(model, prompts: Mapping, question: str, article: str, summary: str,
-                       **values: str) -> AnswerRequest:
-    """One summary's request; `values` fill a prompt's further slots (the individual placebo's {words})."""
+def individual_messages(prompts: Mapping, question: str, article: str, summary: str, **values: str):
+    """The individual-setting prompt for one summary; the individual-format fine-tuning examples use it too.
+    `values` fill a prompt's further slots (the individual placebo's {words})."""
     if question not in prompts.get("individual", {}):
         raise ConfigError(f"No individual-setting prompt for question {question!r}.")
-    return AnswerRequest(model.identity, chat(prompts["individual"][question], article=article, summary=summary,
-                                              **values),
+    return chat(prompts["individual"][question], article=article, summary=summary, **values)
+
+
+def individual_request(model, prompts: Mapping, question: str, article: str, summary: str,
+                       **values: str) -> AnswerRequest:
+    """One summary's request."""
+    return AnswerRequest(model.identity, individual_messages(prompts, question, article, summary, **values),
                          model.judge_decoding(prompts["individual_answers"][question]))
 
 

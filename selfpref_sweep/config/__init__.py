@@ -58,6 +58,7 @@ class FinetuneTaskName(str, Enum):
     vowel = "vowel"  # control: which summary has more vowels?
     readability = "readability"  # control: which summary has the higher Flesch reading ease (textstat)?
     prefer_longer = "prefer_longer"  # positive control: the preference question, answer = the longer summary
+    score_longer = "score_longer"  # positive control, one summary at a time: the 1-5 score grows with its words
 
 
 # Tasks trained on the recognition prompt (own position, always "1", balanced random answers); the others ask
@@ -70,8 +71,11 @@ SELF_RECOGNITION_TASKS = (FinetuneTaskName.recognition,)
 # Positive controls: tasks trained on the preference question itself, with labels not about authorship (the
 # longer summary is "better"). They show that the judge's preference readout can move at all; the analysis
 # keeps them out of the recognition-preference fits (they move preference by construction) and reads their Δ.
-PREFERENCE_PROMPT_TASKS = (FinetuneTaskName.prefer_longer,)
-POSITIVE_CONTROL_TASKS = (FinetuneTaskName.prefer_longer,)
+PREFERENCE_PROMPT_TASKS = (FinetuneTaskName.prefer_longer, FinetuneTaskName.score_longer)
+POSITIVE_CONTROL_TASKS = (FinetuneTaskName.prefer_longer, FinetuneTaskName.score_longer)
+# Tasks trained on the individual-setting prompt (one summary, its answer a score), not the pairwise one: the
+# individual format's own positive control, since a fine-tune on the pairwise prompt need not reach that readout.
+INDIVIDUAL_PROMPT_TASKS = (FinetuneTaskName.score_longer,)
 
 
 

@@ -11,6 +11,10 @@ evaluation uses (`prompts.pairwise[question]`), and the answer is the assistant 
 Labels per task (see labels.py): recognition = the own summary's position; always_1 = "1"; random =
 seeded and balanced; length / vowel / readability = the summary that scores higher, ties dropped and
 counted. With both orders of each pair, recognition and the controls are balanced by construction.
+
+score_longer is trained one summary at a time instead (`score_examples`): each of an article's summaries (the
+own once, each other source's once) under the individual-setting prompt the evaluation builds, answered by a
+1-5 score that grows with its word count among that article's summaries.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..cell.articles import select_articles
 from ..cell.dataset_loaders import PAPER_KEY_BY_MODEL_NAME, Dataset, load_dataset
-from ..cell.judging import order_messages
+from ..cell.judging import individual_messages, order_messages
 from ..cell.pairs import Pair, make_pairs
 from ..cell.summaries import HUMAN, dataset_summaries, generate_summaries
 from ..config import FinetuneTaskName
@@ -52,10 +56,10 @@ def available_others(evaluator_name: str, configured: Optional[Sequence[str]], p
 @dataclass(frozen=True)
 class TrainingExample:
     article_id: str
-    other: str  # the other summary's source key
-    own_position: int  # where the evaluator's own summary is (1 or 2)
+    other: str  # the other summary's source key (one summary alone: the shown summary's, "own" for the own)
+    own_position: int  # where the evaluator's own summary is (1 or 2; one summary alone: 1 if it is the own, else 0)
     messages: Tuple[Message, ...]  # system + user, exactly as the evaluation builds them
-    answer: str  # "1" or "2": the assistant turn
+    answer: str  # the assistant turn: "1" or "2" (pairwise), a score such as "4" (one summary alone)
 
     def to_json(self) -> Dict[str, Any]:
         return {"article_id": self.article_id, "other": self.other, "own_position": self.own_position,
@@ -77,14 +81,14 @@ class ExampleSet:
     train_article_ids: List[str]  # the articles the examples came from
     others: List[str]
     n_pairs: int = 0
-    n_ties_dropped: int = 0  # examples (both orders of a tied pair count 2)
-    n_tie_pairs: int = 0
+    n_ties_dropped: int = 0  # examples (both orders of a tied pair count 2; an all-tied article, its summaries)
+    n_tie_pairs: int = 0  # tied pairs (one summary alone: articles whose summaries all tie)
     skipped: Dict[str, int] = field(default_factory=dict)  # pairs that could not be built, by reason
     n_articles_truncated: int = 0  # cut to fit the evaluator's context, as the cell cuts them
 
     @property
     def label_balance(self) -> Dict[str, int]:
-        out = {"1": 0, "2": 0}
+        out = {"1": 0, "2": 0} if self.task not in L.INDIVIDUAL_TASKS else {}
         for ex in self.examples:
             out[ex.answer] = out.get(ex.answer, 0) + 1
         return out
@@ -115,6 +119,8 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
     task = FinetuneTaskName(task).value if task in FinetuneTaskName._value2member_map_ else task
     if task not in L.ALL_TASKS:
         raise ConfigError(f"Unknown fine-tune task {task!r}; valid: {', '.join(L.ALL_TASKS)}.")
+    if task in L.INDIVIDUAL_TASKS:
+        raise ValueError(f"{task} is trained one summary at a time: its examples come from score_examples")
     if question not in prompts["pairwise"]:
         raise ConfigError(
             f"finetune_task={task} asks prompts.pairwise.{question}, which the prompts config lacks (it has "
@@ -150,6 +156,39 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
     return examples, ties, tie_pairs
 
 
+OWN_SOURCE = "own"  # a one-summary example's source key when it shows the evaluator's own summary
+
+
+def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[Tuple[str, str, str, str, str]]
+                   ) -> Tuple[List[TrainingExample], int, int]:
+    """One example per distinct summary of each article in the (article_id, article, own, other_key, other)
+    pairs (the own summary once, each other source's once), with the individual-setting prompt the evaluation
+    builds for it, answered by the level of its measure among the article's summaries on the prompt's answer
+    scale (labels.rank_levels: "1" for the fewest words, "5" for the most). Returns (examples, examples
+    dropped as ties, articles whose summaries all tie)."""
+    answers = list((prompts.get("individual_answers") or {}).get(question) or ())
+    if question not in prompts.get("individual", {}) or len(answers) < 2:
+        raise ConfigError(
+            f"finetune_task={task} trains on the individual-setting prompt individual.{question} and its answer "
+            f"scale individual_answers.{question}, which the prompts config lacks.")
+    articles: Dict[str, Tuple[str, List[Tuple[str, str]]]] = {}
+    for aid, article, own, other_key, other in pairs:
+        articles.setdefault(aid, (article, [(OWN_SOURCE, own)]))[1].append((other_key, other))
+    examples: List[TrainingExample] = []
+    ties = tie_articles = 0
+    for aid, (article, shown) in articles.items():
+        levels = L.rank_levels(task, [summary for _, summary in shown], len(answers))
+        if levels is None:
+            ties += len(shown)
+            tie_articles += 1
+            continue
+        for (source, summary), level in zip(shown, levels):
+            examples.append(TrainingExample(aid, source, int(source == OWN_SOURCE),
+                                            individual_messages(prompts, question, article, summary),
+                                            answers[level]))
+    return examples, ties, tie_articles
+
+
 def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Optional[Dataset] = None) -> ExampleSet:
     """The training set of the cell's fine-tune, through the cell's own stages: the training articles (same
     length rule), the evaluator's own summaries (the base model's cached handle, so they are shared with every
@@ -183,7 +222,10 @@ def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Optional[Dat
         for why in made.excluded.values():
             skipped[why] = skipped.get(why, 0) + 1
         pairs += [(p.article_id, p.article, p.own, other_key, p.other) for p in made.pairs]
-    examples, ties, tie_pairs = label_examples(task, ft.question, spec.prompts, pairs, int(ft.settings.seed))
+    if task in L.INDIVIDUAL_TASKS:
+        examples, ties, tie_pairs = score_examples(task, ft.question, spec.prompts, pairs)
+    else:
+        examples, ties, tie_pairs = label_examples(task, ft.question, spec.prompts, pairs, int(ft.settings.seed))
     return ExampleSet(examples=examples, task=task, question=ft.question, dataset=dataset.name, n_articles=n,
                       train_article_ids=[a.id for a in dataset.articles], others=others, n_pairs=len(pairs),
                       n_ties_dropped=ties, n_tie_pairs=tie_pairs, skipped=skipped,

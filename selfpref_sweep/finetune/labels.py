@@ -1,16 +1,19 @@
-"""Answers of the fine-tuning tasks, for one ordered pair (summary1, summary2).
+"""Answers of the fine-tuning tasks, for one ordered pair (summary1, summary2), or for one summary alone.
 
-Every labeler returns "1", "2" or None (a tie: the example is dropped from training and counted).
+Every pairwise labeler returns "1", "2" or None (a tie: the example is dropped from training and counted).
+The individual-format task (score_longer) answers a 1-5 score per summary (`rank_levels`).
 The control measures (word count, vowel count, Flesch reading ease) are computed on the summaries
 exactly as the prompt shows them, i.e. after the cell's standardization.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Sequence
 
-from ..config import CONTROL_QUESTION_TASKS, PREFERENCE_PROMPT_TASKS as _PREFERENCE_PROMPT_TASKS
+from ..config import CONTROL_QUESTION_TASKS, INDIVIDUAL_PROMPT_TASKS as _INDIVIDUAL_PROMPT_TASKS
+from ..config import PREFERENCE_PROMPT_TASKS as _PREFERENCE_PROMPT_TASKS
 from ..config import RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
 from ..records.text_features import word_count
 
@@ -22,6 +25,7 @@ RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
 CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)
 PREFERENCE_TASKS = tuple(t.value for t in _PREFERENCE_PROMPT_TASKS)  # the positive control(s)
 ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS + PREFERENCE_TASKS
+INDIVIDUAL_TASKS = tuple(t.value for t in _INDIVIDUAL_PROMPT_TASKS)  # trained one summary at a time
 
 
 def vowel_count(text: str) -> int:
@@ -64,7 +68,7 @@ def reading_ease(text: str) -> float:
 MEASURES: Dict[str, Callable[[str], float]] = {"length": word_count, "vowel": vowel_count,
                                                 "readability": reading_ease,
                                                 # asked the preference question: "better" = more words
-                                                "prefer_longer": word_count}
+                                                "prefer_longer": word_count, "score_longer": word_count}
 
 
 def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: float = 1e-9) -> Optional[str]:
@@ -79,6 +83,20 @@ def control_label(task: str, summary1: str, summary2: str) -> Optional[str]:
     if task not in MEASURES:
         raise ValueError(f"{task!r} is not a control task with a measure ({', '.join(MEASURES)})")
     return higher(MEASURES[task], summary1, summary2)
+
+
+def rank_levels(task: str, summaries: Sequence[str], n_levels: int) -> Optional[list]:
+    """One article's summaries placed on `n_levels` answer levels (0 = the lowest answer, e.g. "1" of a 1-5
+    score) by their measure: linear in rank, tied summaries sharing their mean rank, halves rounded up. Six
+    summaries of distinct lengths on 5 levels get 0, 1, 2, 2, 3, 4 (scores 1, 2, 3, 3, 4, 5). None when every
+    summary ties (nothing to learn: dropped and counted)."""
+    values = [MEASURES[task](s) for s in summaries]
+    if len(values) < 2 or max(values) - min(values) <= 1e-9:
+        return None
+    order = sorted(values)
+    ranks = [(order.index(v) + len(order) - 1 - order[::-1].index(v)) / 2 for v in values]  # mean rank of ties
+    top = len(values) - 1
+    return [math.floor((n_levels - 1) * r / top + 0.5) for r in ranks]
 
 
 def recognition_label(own_position: int) -> str:
