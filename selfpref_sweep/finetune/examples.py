@@ -91,7 +91,7 @@ class ExampleSet:
         out = {"1": 0, "2": 0} if self.task not in L.INDIVIDUAL_TASKS else {}
         for ex in self.examples:
             out[ex.answer] = out.get(ex.answer, 0) + 1
-        return out
+        return dict(sorted(out.items()))  # "1" before "2" ... before "5"
 
     def fingerprint(self) -> str:
         blob = json.dumps([ex.to_json() for ex in self.examples], sort_keys=True, ensure_ascii=False)
