@@ -77,7 +77,8 @@ class VLLMModel(ModelAPI):
         self.llm = vllm.LLM(model=path, tokenizer=path, revision=revision, dtype=self.identity.dtype, seed=0,
                             enable_prefix_caching=bool(option(cfg, "prefix_reuse", True)),
                             max_logprobs=_MAX_SCORED_IDS,
-                            enable_lora=self.lora is not None, **kwargs)
+                            enable_lora=self.lora is not None,
+                            enforce_eager=bool(option(cfg, "vllm_enforce_eager", False)), **kwargs)
         self._vllm = vllm
         log.info("loaded %s into vLLM in %.1fs", self.identity.label, time.time() - start)
 
