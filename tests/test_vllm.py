@@ -106,20 +106,16 @@ def vllm_server():
 
 def _stop(proc: subprocess.Popen) -> None:
     """The server and its engine processes (its session's process group): killing the server alone left its
-    engine and worker computing."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
-    time.sleep(2)  # let the engine and worker exit on the SIGTERM before the group is swept
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    engine and worker computing. SIGTERM first, then SIGKILL for whatever of the group is left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:  # the whole group has exited
+            return
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 @pytest.mark.real_model
