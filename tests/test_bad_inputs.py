@@ -3,17 +3,25 @@
 Every case ends in one of two ways: a clear message on stderr that names what is wrong (the key, the value
 and the valid range or keys, or the file and the offending id) with no Python traceback; or a finished cell
 whose summary.json names and counts what it excluded or warns about. The evaluator is the test suite's
-deterministic backend (tests/fakes.py), so no weights are needed and a case takes about a second.
+deterministic backend (tests/fakes.py), so no weights are needed.
+
+Most cases run the command line's own entry point (`selfpref_sweep.cli.main`, what run.py calls) inside the test
+process, with run.py's arguments, environment, stdout and stderr, and its exit status from SystemExit: a fresh
+Python process per case spent 3-5 s importing (about 5 minutes of CI on 2 cores) to test the same code.
+`test_the_real_command_line` runs `python run.py` itself for one case of each kind.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import pytest
 
@@ -24,17 +32,58 @@ ARTICLES = {"a1": "The first article. It has two sentences.", "a2": "The second 
 SUMMARIES = {"a1": "First.", "a2": "Second.", "a3": "Third."}
 
 
-def run_cli(tmp_path: Path, *overrides: str, multirun: bool = False, timeout: int = 120):
-    """python run.py with the fake evaluator; returns (process, the run's output folder)."""
+ENV = {"SELFPREF_BACKENDS": FAKE_BACKEND, "WANDB_MODE": "disabled"}
+UNSET = ("SELFPREF_PAPER_DATA", "HYDRA_FULL_ERROR")
+
+
+def run_cli(tmp_path: Path, *overrides: str, multirun: bool = False, subprocess_: bool = False):
+    """run.py's command line with the fake evaluator, in this process (or as `python run.py` with
+    subprocess_=True); returns (a CompletedProcess: exit status, stdout, stderr; the run's output folder)."""
     run_dir = tmp_path / "run"
-    env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "WANDB_MODE": "disabled",
-           "SELFPREF_STORE": str(tmp_path / "calls.sqlite")}
-    env.pop("SELFPREF_PAPER_DATA", None)
-    env.pop("HYDRA_FULL_ERROR", None)
-    cmd = [sys.executable, "run.py", *(["-m"] if multirun else []), "hydra.searchpath=[file://tests/conf]",
-           "evaluator=fake", "show_progress=false", f"hydra.run.dir={run_dir}", *overrides]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    return proc, run_dir
+    env = {**ENV, "SELFPREF_STORE": str(tmp_path / "calls.sqlite")}
+    args = [*(["-m"] if multirun else []), "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
+            "show_progress=false", f"hydra.run.dir={run_dir}", *overrides]
+    if subprocess_:
+        full_env = {k: v for k, v in {**os.environ, **env}.items() if k not in UNSET}
+        return subprocess.run([sys.executable, "run.py", *args], cwd=REPO, env=full_env, capture_output=True,
+                              text=True, timeout=120), run_dir
+    return _in_process(args, env), run_dir
+
+
+def _in_process(args: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
+    """cli.main() as run.py calls it: argv, environment and working folder set, stdout and stderr captured
+    (Hydra's log handlers are made during the run, so they write there too), the exit status from SystemExit.
+    What a process would start fresh is reset: Hydra's global state, the sweep's failed-cell record, the
+    root logger's handlers and the model pool."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from selfpref_sweep import cli, sweep_outcome
+    from selfpref_sweep.models.pool import POOL
+
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        for key in UNSET:
+            mp.delenv(key, raising=False)
+        mp.setattr(sys, "argv", ["run.py", *args])
+        mp.chdir(REPO)
+        mp.setattr(sweep_outcome, "_failed", [])
+        mp.setattr(sweep_outcome, "_damaged_stores", [])
+        GlobalHydra.instance().clear()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                cli.main()
+        except SystemExit as exc:
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            GlobalHydra.instance().clear()
+            root.handlers[:] = handlers
+            root.setLevel(level)
+            POOL.clear()
+    return subprocess.CompletedProcess(["run.py", *args], status, out.getvalue(), err.getvalue())
 
 
 def assert_clear_error(proc, *words: str) -> str:
@@ -97,6 +146,23 @@ def test_bad_config_value_or_key_is_a_clear_error(tmp_path, override, words):
     assert_clear_error(proc, "error:", *words)
     assert not (run_dir / "summary.json").exists()
 
+
+
+def test_the_real_command_line(tmp_path):
+    """`python run.py` itself, in a fresh process: a bad value, bad data and a sweep with a bad cell end as the
+    in-process cases do (exit status 2, 2 and 1; the message on stderr; no traceback)."""
+    proc, run_dir = run_cli(tmp_path, "summaries.max_new_tokens=0", subprocess_=True)
+    assert proc.returncode == 2
+    assert_clear_error(proc, "error:", "summaries.max_new_tokens=0", "integer >= 1")
+    root = paper_root(tmp_path, raw={"articles/xsum_train_articles.json": b'{"a1": "text",'})
+    proc, _ = run_cli(tmp_path, *paper_args(root), subprocess_=True)
+    assert proc.returncode == 2
+    assert_clear_error(proc, "not valid JSON", "xsum_train_articles.json")
+    sweep = tmp_path / "sweep"
+    proc, _ = run_cli(tmp_path, "dataset.n_articles=-2,2", f"hydra.sweep.dir={sweep}",
+                      "hydra.callbacks.analysis.enabled=false", multirun=True, subprocess_=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert "SWEEP FAILED: 1 of 2 cells failed (1 x ConfigError)" in proc.stderr, proc.stderr[-2000:]
 
 # The rest of the ranges, in process (the same validate_config the entry calls): fast.
 @pytest.mark.parametrize("override,words", [
