@@ -103,6 +103,7 @@ def finetune_plan(spec: CellSpec) -> Optional[Dict[str, Any]]:
     trainer, entry = _trainer_and_entry(spec, False)
     n_others, others_txt = _count_others(spec)
     one_at_a_time = ft.task.value in L.INDIVIDUAL_TASKS  # one example per summary: the own and each other's
+    fmt = "individual" if one_at_a_time else "pairwise"  # the prompt set its training examples use
     n_examples = ft.n_articles * (n_others + 1 if one_at_a_time else n_others * 2)
     return {
         **trainer.plan(entry, n_examples),
@@ -115,7 +116,8 @@ def finetune_plan(spec: CellSpec) -> Optional[Dict[str, Any]]:
         "n_examples_is_upper_bound": ft.task.value in L.CONTROL_TASKS + L.PREFERENCE_TASKS,  # ties are dropped
         "cache_dir": str(entry.dir),
         "question": ft.question,
-        "prompt_missing": ft.question not in spec.prompts["individual" if one_at_a_time else "pairwise"],
+        "prompt_format": fmt,
+        "prompt_missing": ft.question not in spec.prompts[fmt],
         "transfer": spec.transfer.value,
         "eval_offset": int(spec.dataset.offset or 0),
         "inverse_check": bool(ft.settings.inverse_check),
@@ -153,8 +155,7 @@ def format_plan(plan: Optional[Dict[str, Any]]) -> str:
     action = {"ready": "cached, no training"}.get(plan["status"], plan["status"])
     if plan["status"] == "absent":
         action = "would train" if plan["trainer"] != "openai" else "would start an OpenAI fine-tuning job"
-    fmt = "individual" if plan["task"] in L.INDIVIDUAL_TASKS else "pairwise"
-    warn = f"  [prompts.{fmt}.{plan['question']} is missing]" if plan["prompt_missing"] else ""
+    warn = f"  [prompts.{plan['prompt_format']}.{plan['question']} is missing]" if plan["prompt_missing"] else ""
     return (f"finetune {plan['task']} of {plan['evaluator']} on {plan['finetune_dataset']} "
             f"(n_articles={plan['n_articles']}, others: {plan['others']}): {ex} examples{steps} via {plan['trainer']}"
             f" - {action}; evaluated {plan['transfer']} from article {plan['eval_offset']}{warn}")
