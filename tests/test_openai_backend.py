@@ -180,6 +180,16 @@ def server():
 
 
 @pytest.fixture
+def fresh_server():
+    """A server whose answer to a request depends on that request alone (no reuse of the previous request's
+    KV cache; tests/llama_server_fresh.py): for comparing whole cells, whose greedy summaries would otherwise
+    depend on the order faults and retries put the requests in."""
+    srv = start_or_skip(api_key=SECRET, fresh_cache=True)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
 def key_env(monkeypatch):
     monkeypatch.setenv(KEY_ENV, SECRET)
 
@@ -454,19 +464,19 @@ def assert_same_items(items, reference, tol=2e-3):
 
 
 @pytest.mark.real_model
-def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_failures(server, key_env,
+def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_failures(fresh_server, key_env,
                                                                                        compose_cfg, tmp_path):
     from selfpref_sweep.cell.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
 
-    clean = run_cell(resolve_cell(compose_cfg(cell_overrides(server.base_url), store=tmp_path / "clean.sqlite")),
-                     tmp_path / "clean")
+    clean_cfg = compose_cfg(cell_overrides(fresh_server.base_url), store=tmp_path / "clean.sqlite")
+    clean = run_cell(resolve_cell(clean_cfg), tmp_path / "clean")
     reference = cell_items(tmp_path / "clean")
     assert clean["n_items"] == 2 and clean["exclusions"].get("no_logprobs") is None
     # A whole cell's calls (summaries, judging, the controls) queue at a one-slot server: under a loaded CPU a
     # fault-free call can take several seconds, so the client's timeout is generous and an injected timeout
     # hangs past it.
-    with FaultProxy(server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=16.0) as proxy:
+    with FaultProxy(fresh_server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=16.0) as proxy:
         cfg = compose_cfg(cell_overrides(proxy.base_url + "/v1"), store=tmp_path / "faulty.sqlite")
         run_cell(resolve_cell(cfg), tmp_path / "faulty")
         assert all(proxy.counts[f] for f in FOUR_FAULTS), proxy.counts
