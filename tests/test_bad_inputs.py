@@ -147,7 +147,6 @@ def test_bad_config_value_or_key_is_a_clear_error(tmp_path, override, words):
     assert not (run_dir / "summary.json").exists()
 
 
-
 def test_the_real_command_line(tmp_path):
     """`python run.py` itself, in a fresh process: a bad value, bad data and a sweep with a bad cell end as the
     in-process cases do (exit status 2, 2 and 1; the message on stderr; no traceback)."""
@@ -163,6 +162,7 @@ def test_the_real_command_line(tmp_path):
                       "hydra.callbacks.analysis.enabled=false", multirun=True, subprocess_=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-2000:]
     assert "SWEEP FAILED: 1 of 2 cells failed (1 x ConfigError)" in proc.stderr, proc.stderr[-2000:]
+
 
 # The rest of the ranges, in process (the same validate_config the entry calls): fast.
 @pytest.mark.parametrize("override,words", [
