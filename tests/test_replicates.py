@@ -142,3 +142,44 @@ def test_a_positive_control_is_read_toward_its_trained_direction_and_kept_out_of
     assert blind["reading"].str.startswith("no trained direction").all()
     assert T.positive_control_table(est.arms[est.arms["finetune_task"] != "prefer_longer"], ["prefer_longer"],
                                     toward).empty
+
+
+def test_with_replicated_arms_the_interaction_is_fitted_on_arm_means():
+    """Each arm's adapters averaged into one point per dataset (and source): the plain and the resampled
+    interaction then have one point per arm, as a one-adapter sweep has, and say so; the plain fit's estimate is
+    OLS on those means. One adapter per arm: the points are left alone."""
+    from selfpref_sweep.analysis.fit import fit_interactions
+    from selfpref_sweep.analysis.units import paper_units, source_points
+    items = draw_items(CoverageDesign(adapters_per_arm=3, adapter_sd=0.1).spec("pairwise", 10),
+                       np.random.default_rng(4))
+    units, points = paper_units(items, None, seed=0), source_points(items)
+    fits = {(f.level, f.group, f.scale): f for f in fit_interactions(units, points)
+            if f.group_by == "setting × label"}
+    unit = fits[(RS.LEVEL_UNIT, "pairwise / none", "logodds")]
+    # 7 fine-tuned arms (3 recognition, 4 controls) on 2 datasets, from 21 adapters' points
+    assert (unit.n, unit.n_recognition, unit.n_control) == (14, 6, 8)
+    assert "each arm's adapters averaged into one point (14 points from 42)" in unit.note
+    source = fits[(RS.LEVEL_SOURCE, "pairwise / none", "logodds")]
+    assert source.n == 28 and source.n_clusters == 7 and "(28 points from 84)" in source.note
+
+    tuned = units[units["finetune_task"].astype(str) != "none"].assign(
+        arm=lambda d: d["evaluator_variant"].map(arm_name))
+    means = tuned.groupby(["arm", "dataset"]).agg(x=("rec_logodds_mean", "mean"), y=("pref_logodds_mean", "mean"),
+                                                  task=("finetune_task", "first"))
+    k = means["task"].isin(["recognition"]).to_numpy(float)
+    X = np.column_stack([np.ones(len(means)), means["x"], k, means["x"] * k])
+    beta = np.linalg.lstsq(X, means["y"].to_numpy(float), rcond=None)[0]
+    assert unit.estimate == pytest.approx(beta[3])
+
+    resampled = RS.find(RS.article_resample(items, n_resamples=50), RS.INTERACTION, RS.LEVEL_UNIT,
+                        "setting × label", "pairwise / none", "logodds", RS.RESAMPLE_OLS)
+    assert resampled.n == 14 and resampled.n_adapters == 7 and "14 points from 42" in resampled.note
+    # the resample's fit has a dataset term (resample.py)
+    ds = (means.index.get_level_values("dataset") == means.index.get_level_values("dataset")[0]).astype(float)
+    beta_ds = np.linalg.lstsq(np.column_stack([X, 2 * ds - 1]), means["y"].to_numpy(float), rcond=None)[0]
+    assert resampled.estimate == pytest.approx(beta_ds[3])
+
+    single = draw_items(CoverageDesign().spec("pairwise", 10), np.random.default_rng(4))
+    one = [f for f in fit_interactions(paper_units(single, None, seed=0), source_points(single))
+           if f.group_by == "setting × label" and f.level == RS.LEVEL_UNIT]
+    assert one and all(f.n == 14 and "averaged" not in f.note for f in one)

@@ -15,11 +15,12 @@ scale, pairwise, 10 articles: docs/results/coverage_adapters.md), written the sa
 calibration_replicated.json:
 
     python -m selfpref_sweep.analysis.simulate --coverage --reps 300 --articles 10 --settings pairwise \
-        --adapters-per-arm 3 --adapter-sd 0.1 --workers 2 --cache outputs/cov_after_sd0.1.jsonl \
+        --adapters-per-arm 3 --adapter-sd 0.1 --workers 2 --cache outputs/cov/cov_arms_sd0.1.jsonl \
         --out-json selfpref_sweep/analysis/calibration_replicated.json
 
 More adapters make more points, so a test that is conservative with one adapter per arm can over-reject with
-three (the interaction test does); a replicated sweep's rows carry the replicated study's labels.
+three (the interaction test did on every adapter's points; it is now fitted on arm means); a replicated sweep's
+rows carry the replicated study's labels.
 
 Each kind of report row is scored by some rows of that table (SCORED_BY). Where they show it off its target
 (95% intervals covering 93-97%, 5% tests rejecting 3-7%), the report prints the row with a label that says, in

@@ -47,7 +47,8 @@ it rejected a true null in 10-53% of sweeps); the corrected one rejected 2-10% a
 the source level, and gave no interval in up to a third of the groups at 10 articles, under an eighth at 20
 (recognition too unreliable to correct). The interaction: uncorrected (its recognition × kind column is too
 unreliable to correct, so the corrected one mostly refuses); it rejected 5-11% pooled and 0-5.5% per
-transfer. Rows that miss their target carry calibration.py's label.
+transfer. With replicated arms the interaction is fitted on each arm's mean over its adapters (fit.arm_means,
+averaged draw by draw), as the plain fit is. Rows that miss their target carry calibration.py's label.
 
 Not here: the Fisher interval of r, the MixedLM and the item-level fit (not refitted), the unit means and the
 fine-tuned-vs-base Δs (their t intervals over articles already hold their rates, docs/coverage.md).
@@ -65,7 +66,7 @@ import pandas as pd
 from scipy import linalg
 
 from ..stats.replicates import two_part_t
-from .fit import ALPHA, LEVEL_SOURCE, LEVEL_UNIT, RECOGNITION_TASKS, condition_groups
+from .fit import ALPHA, ARM_MEANS_NOTE, LEVEL_SOURCE, LEVEL_UNIT, RECOGNITION_TASKS, arm_point_codes, condition_groups
 from .units import SCALES, UNIT_KEYS, kept_items, key_frame
 
 RESAMPLES = 250  # draws per analysis: the SE's own Monte Carlo error is about 1/sqrt(2·250) ≈ 4.5%
@@ -471,9 +472,30 @@ def _fit_points(frame: pd.DataFrame, frame_articles: Sequence[np.ndarray], pts: 
     if comparison:
         kind = frame["finetune_task"].astype(str).isin(list(recognition_tasks)).to_numpy()[pts]
         return (_fit_group(x, y, datasets, kind, False, (SHIFT,), df, base, adapters)
-                + _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base, adapters))
+                + _interaction_rows(frame.iloc[pts], x, y, datasets, kind, df, base, adapters))
     whats = (SLOPE, INTERCEPT) if base["level"] == LEVEL_UNIT else (SLOPE,)
     return _fit_group(x, y, datasets, None, False, whats, df, base, adapters)
+
+
+def _interaction_rows(frame: pd.DataFrame, x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndarray,
+                     df: float, base: dict[str, Any], adapters: np.ndarray) -> list[ResampledFit]:
+    """The interaction's rows, on each arm's mean over its adapters where arms are replicated (fit.arm_means:
+    the same points in every draw, averaged draw by draw)."""
+    found = arm_point_codes(frame)
+    if found is None:
+        return _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base, adapters)
+    codes, arms = found
+    pool = np.zeros((len(arms), len(codes)))
+    pool[codes, np.arange(len(codes))] = 1.0
+    first = pool.argmax(axis=1)  # each arm point's first row: its dataset and kind
+    pool /= pool.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        xm, ym = pool @ x, pool @ y  # a draw where one adapter has no value gives NaN and sits out
+    rows = _fit_group(xm, ym, datasets[first], kind[first], True, (INTERACTION,), df, base, np.asarray(arms))
+    note = ARM_MEANS_NOTE.format(n=len(arms), m=len(codes))
+    for r in rows:
+        r.note = "; ".join(t for t in (note, r.note) if t)
+    return rows
 
 
 def true_resampled(units: pd.DataFrame, points: pd.DataFrame,

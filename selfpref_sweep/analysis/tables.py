@@ -247,7 +247,8 @@ def _finetune_row_head(r: Any) -> dict[str, str]:
     return {"level": r.level, "method": r.method, "grouping": r.group_by, "group": r.group,
             "scale": SCALE_NAMES.get(r.scale, r.scale),
             "n (recognition / control fine-tunes)": f"{r.n} {words} ({r.n_recognition} / {r.n_control})"
-            + ("" if r.n_clusters is None else f", {r.n_clusters} variants")}
+            + ("" if r.n_clusters is None else
+               f", {r.n_clusters} {'arms' if getattr(r, 'arm_means', False) else 'variants'}")}
 
 
 def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
