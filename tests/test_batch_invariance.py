@@ -39,13 +39,13 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     def schedule(*overrides):
         return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
 
-    assert schedule("evaluator.dtype=bfloat16") == "chunks64d8"  # summaries decoded 8 rows at a time
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64h16d8"  # summaries decoded 8 rows at a time
     assert schedule("evaluator.dtype=float32") == ""
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
-                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32d4"
+                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32h16d4"
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
     # a fixed row count per forward (a GPU's auto) is part of what the numbers depend on
-    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32d32"
+    assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32h16d32"
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant_rows=32") == ""
 
 

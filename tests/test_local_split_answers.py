@@ -166,3 +166,25 @@ def test_whitespace_token_ids():
     in_context = {2: " ", 4: ""}  # id 2 reads as a space after a word (sentencepiece's "▁"); id 4 stays empty
     found = whitespace_token_ids(vocab, {5}, lambda ids: [in_context[i] for i in ids])
     assert found == [1, 2, 3, 7]
+
+
+def test_a_row_s_distribution_does_not_depend_on_the_output_layer_block_it_is_read_in():
+    """Batch-invariant answers read the float32 output layer HEAD_ROWS rows at a time, across prompts: a row
+    must come out the same among any companions, alone, or at another place in the block (on a CPU a 1-row
+    product rounds otherwise than a row among several, so reading a short block unpadded would fail here)."""
+    from selfpref_sweep.models.local import HEAD_ROWS
+
+    vocab, width = 4096, 256  # a head of real proportions: large enough for a GEMM's blocked kernels
+    model = StubModel(SimpleNamespace(vocab=1))
+    model.head = torch.nn.Linear(width, vocab, bias=False)
+    torch.nn.init.normal_(model.head.weight, generator=torch.Generator().manual_seed(1))
+    local = StubLocal(None, model)
+    states = torch.randn(HEAD_ROWS + 5, width, generator=torch.Generator().manual_seed(2))
+    block = local._head_probs(states[:HEAD_ROWS])
+    assert local.head_rows_invariant  # the CPUs measured (oneDNN, float32): a row is the same beside any rows
+    assert local._head_probs(states[5:])[:HEAD_ROWS - 5].equal(block[5:])  # other companions, other places
+    alone = [local._head_probs(states[k:k + 1])[0] for k in range(HEAD_ROWS)]  # filled up with copies
+    assert all(row.equal(block[k]) for k, row in enumerate(alone))
+    assert local._head_probs(states[2:5]).equal(block[2:5])  # a short block
+    local.__dict__["head_rows_invariant"] = False  # a device where companions matter: each row among copies
+    assert local._head_probs(states[:HEAD_ROWS]).equal(block)

@@ -45,12 +45,17 @@ length on one boundary. How such pieces share a forward depends on the device:
   of a fixed set of shapes, and a row's output depends on its own tokens only (probed once per model: a row
   gets the same bits beside other companions). The numbers are a function of the prompt and that row count,
   which the identity's schedule names ("chunks64x32").
+The float32 output layer reads the tails' last positions in products of exactly HEAD_ROWS rows (filled up with
+copies of a real row): a product's rounding depends on its row count, and one of 16 rows costs about what 3
+single rows cost. Rows of several prompts share a product where the device gives a row the same bits beside
+any companions (probed once per model, `head_rows_invariant`); elsewhere each row fills a product with copies
+of itself, which gives the same bits more slowly. The schedule names the block ("h16").
 Summaries are decoded in batches of a fixed row count (`batch_invariant_rows` on a GPU, else `generate_batch`)
 whose rows share one width: each prompt runs on its chunked cache with its tail right-padded to the next
 multiple of DECODE_WIDTH tokens (its width, a function of its own length), and rows of one width decode
 together, each new token at the same cache slot in every row, the padding masked and each row's positions
 its own. Every decoding step is then one fixed shape, and a summary depends on its own prompt only. The
-identity's `schedule` ("chunks64d8", on a GPU "chunks64x32d32") keeps these results apart from batched ones in
+identity's `schedule` ("chunks64h16d8", on a GPU "chunks64x32h16d32") keeps these results apart from batched ones in
 the call cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py
 measure the cost.
 
@@ -107,6 +112,13 @@ GPU_INVARIANT_ROWS = 32
 # whole chunks), and prompts of one such width decode together. Wider steps group more prompts per width (more
 # rows per decoding step) for more padded positions in each prompt's last forward.
 DECODE_WIDTH = 256
+
+# Rows of every output-layer product that reads batch-invariant answer distributions. A float32 product of 1
+# row rounds otherwise than the same row among 8 or more (oneDNN here), but among a fixed count a row gets the
+# same bits whatever its companions; and the product is memory-bound at one row (2 AVX-512 cores, a float32
+# matrix of qwen05's head's shape, 151,936 x 896: 49 ms for 1 row, 111 ms for 8, 134 ms for 16), so blocks of
+# 16 read the rows of several prompts at a third of the cost each.
+HEAD_ROWS = 16
 
 # End-of-turn markers of the chat templates we know; generation stops at any that the vocabulary has.
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<|eot_id|>", "</s>")
@@ -209,7 +221,7 @@ class LocalModel(ModelAPI):
         chunk = cls.invariant_chunk(cfg)
         rows = cls.invariant_rows(cfg) if chunk else 0
         decode = rows or int(option(cfg, "generate_batch", 8))
-        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "") + f"d{decode}") if chunk else ""
+        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "") + f"h{HEAD_ROWS}d{decode}") if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
                              backend_version=BACKEND_VERSION, schedule=schedule)
@@ -492,15 +504,51 @@ class LocalModel(ModelAPI):
     def _invariant_distributions(self, prompts: List[List[int]], requests: Sequence[AnswerRequest]
                                  ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
         """Each prompt's tail on its chunk-boundary cache, as if alone: its numbers depend on its own tokens only.
-        The output layer runs one row at a time (a float32 product's rounding depends on its row count here)."""
+        The last positions are read HEAD_ROWS at a time, across tail forwards (`_head_probs`); each row keeps its
+        own cache for a second position (split answers)."""
+        # (prompt index, last hidden state, its row's cache): a row's cache is a view that keeps its tail batch's
+        # cache alive until the row is read, so at most a block's rows' batches are held beyond the window's.
+        pending: List[Tuple[int, object, object]] = []
         for rows, out, cache in self._invariant_runs(prompts, [[] for _ in prompts]):
             hidden = out.last_hidden_state
             for r, i in enumerate(rows):
-                self.tokens_requested += len(prompts[i])
                 last = self._tail_last(prompts[i])
-                dist = self._distributions(hidden[r, last:last + 1].clone(), _row_cache(cache, r), [len(prompts[i])],
-                                           [requests[i]])
-                yield requests[i], dist[0]
+                pending.append((i, hidden[r, last].clone(), _row_cache(cache, r)))
+            while len(pending) >= HEAD_ROWS:
+                yield from self._read_block(pending[:HEAD_ROWS], prompts, requests)
+                pending = pending[HEAD_ROWS:]
+        if pending:
+            yield from self._read_block(pending, prompts, requests)
+
+    def _read_block(self, block, prompts, requests) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        probs = self._head_probs(self.torch.stack([h for _, h, _ in block]))
+        for (i, _, cache), row in zip(block, probs):
+            self.tokens_requested += len(prompts[i])
+            yield requests[i], self._distributions_of(row[None], cache, [len(prompts[i])], [requests[i]])[0]
+
+    def _head_probs(self, hidden):
+        """Next-token distributions of up to HEAD_ROWS hidden states, each from a product (and softmax) of
+        exactly HEAD_ROWS rows: the states together, filled up with copies of the first, where a row's bits do
+        not depend on its companions here; else each state with copies of itself."""
+        torch = self.torch
+        n = hidden.shape[0]
+        if self.head_rows_invariant:
+            return self._probs(torch.cat([hidden, hidden[:1].expand(HEAD_ROWS - n, -1)]))[:n]
+        return torch.stack([self._probs(h.expand(HEAD_ROWS, -1).contiguous())[0] for h in hidden])
+
+    @cached_property
+    def head_rows_invariant(self) -> bool:
+        """Whether a row's distribution from a HEAD_ROWS-row product is the same beside any companions: random
+        states read as rows 0..n-1, as rows 1..n, and one of them among copies of itself."""
+        torch = self.torch
+        states = torch.randn(HEAD_ROWS + 1, self._head_fp32[0].shape[1], generator=torch.Generator().manual_seed(0)
+                             ).to(self.device, self.model.get_output_embeddings().weight.dtype)
+        first, second = self._probs(states[:HEAD_ROWS]), self._probs(states[1:])
+        alone = self._probs(states[1:2].expand(HEAD_ROWS, -1).contiguous())[0]
+        same = torch.equal(first[1:], second[:HEAD_ROWS - 1]) and torch.equal(alone, first[1])
+        log.info("%s: output-layer rows %s read together on %s", self.identity.label, "are" if same else "are not",
+                 self.device)
+        return same
 
     def _bound(self, prompt: List[int]) -> int:
         """The last chunk boundary before the prompt's last token: its cache is built in chunks up to there."""
@@ -884,9 +932,13 @@ class LocalModel(ModelAPI):
                        ) -> List[AnswerDistribution]:
         """One batch's answer distributions, from its last hidden states and its cache; the rows
         whose whitespace-only tokens carry enough mass get a second position (split answers)."""
-        dists, picks = [], []
         # One output-layer product for the whole batch: the float32 head is read once, not once per row.
-        batch_probs = self._probs(hidden)
+        return self._distributions_of(self._probs(hidden), cache, lengths, requests)
+
+    def _distributions_of(self, batch_probs, cache, lengths: List[int], requests: Sequence[AnswerRequest]
+                          ) -> List[AnswerDistribution]:
+        """`_distributions` from the rows' next-token distributions."""
+        dists, picks = [], []
         for row, (probs, req) in enumerate(zip(batch_probs, requests)):
             top = probs.topk(5)
             top_tokens = [(self._token_text(i), round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist())]
