@@ -3,8 +3,9 @@
 Workload: 5 paper_xsum articles x 4 sources (gpt4, gpt35, claude, llama against the human summary as the
 "own" one) x 2 orders x 2 questions = 80 prompts, 52,560 tokens, 12,449 distinct prefix tokens with qwen05's
 tokenizer. The same loaded model judges them three ways, each from a cold prefix cache:
-  default:  what the evaluator's config gives (in bf16: batch-invariant, chunks of 64 tokens);
-  batched:  batch_invariant=false (the shared-prefix trie, batches of 8);
+  default:  what the evaluator's config gives (in bf16: batch-invariant; on a CPU whose kernels allow it, over
+            the shared-prefix trie with attention's keys in whole blocks, else in chunks of 64 tokens);
+  batched:  batch_invariant=false (the shared-prefix trie, batches of 8, plain attention);
   scratch:  every prompt from scratch (extrapolated from --scratch-sample prompts).
 Needs the paper data:
 
@@ -12,6 +13,10 @@ Needs the paper data:
 
 --forward-cost also prints what one forward costs per token by its size (rows x tokens on a 512-token cache),
 which sizes a forward's token budget for the device (models/local.py, `forward_tokens`).
+
+--repeats N times each path N times, alternating (default, batched, batched, default, ...), so neither gains
+from running second (the machine's own drift shows as the spread between repeats); the summary line then
+reports the mean of each.
 
 Ends with one line: s_per_judgement=<default> batched=<b> ratio_vs_batched=<default / batched>
 ratio_vs_scratch=<batched / scratch>.
@@ -49,6 +54,15 @@ def paper_requests(handle, prompts, dataset) -> list:
     return requests
 
 
+def workload(evaluator: str, root: str, n_articles: int):
+    """The composed config (the evaluator on paper_xsum), its prompts and the dataset."""
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=[f"evaluator={evaluator}", "dataset=paper_xsum", f"dataset.root={root}",
+                                           f"dataset.n_articles={n_articles}"])
+    return cfg, OmegaConf.to_container(cfg.prompts, resolve=True), load_dataset(cfg.dataset)
+
+
 def timed(model, requests):
     """Answer probabilities of every request from a cold prefix cache, with wall and CPU seconds."""
     model.prefix_lru.clear()
@@ -56,6 +70,17 @@ def timed(model, requests):
     t0, c0 = time.time(), time.process_time()
     probs = {r: d.probs for r, d in model.answer_distributions(requests)}
     return probs, time.time() - t0, time.process_time() - c0
+
+
+def default_path(model, chunk: int) -> None:
+    """Switch the loaded model between its default schedule (its batch-invariant chunk; on a CPU with attention's
+    keys in whole blocks) and the batched one (0: plain SDPA)."""
+    from selfpref_sweep.models.key_blocks import use_key_blocks
+
+    key_blocks = bool(chunk) and not model.rows
+    if key_blocks != model.key_blocks:
+        use_key_blocks(model.model, key_blocks)
+    model.chunk, model.key_blocks = chunk, key_blocks
 
 
 def forward_cost(model) -> None:
@@ -85,17 +110,14 @@ def main() -> None:
     ap.add_argument("--n-articles", type=int, default=5)
     ap.add_argument("--scratch-sample", type=int, default=8, help="how many of the prompts to also time from scratch")
     ap.add_argument("--forward-cost", action="store_true", help="also time single forwards by their size")
+    ap.add_argument("--repeats", type=int, default=1, help="time each path this many times, alternating")
     args = ap.parse_args()
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=[f"evaluator={args.evaluator}", "dataset=paper_xsum",
-                                           f"dataset.root={args.root}", f"dataset.n_articles={args.n_articles}"])
-    prompts = OmegaConf.to_container(cfg.prompts, resolve=True)
-    dataset = load_dataset(cfg.dataset)
+    cfg, prompts, dataset = workload(args.evaluator, args.root, args.n_articles)
     t0 = time.time()
     model = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache)
-    print(f"model loaded in {time.time() - t0:.1f}s ({model.identity.dtype}, schedule {model.identity.schedule!r})")
+    print(f"model loaded in {time.time() - t0:.1f}s ({model.identity.dtype}, schedule {model.identity.schedule!r}; "
+          f"split-free on this device: {model.split_free})")
     handle = CachedModel(model.identity, lambda: model, store=None)  # only for its identity in requests
     requests = paper_requests(handle, prompts, dataset)
     print(f"{len(requests)} judge prompts")
@@ -103,15 +125,25 @@ def main() -> None:
         forward_cost(model)
 
     list(model.answer_distributions(requests[:2]))  # warm-up (allocator, answer-token tables, row probe)
-    default, default_s, default_cpu = timed(model, requests)
-    print(f"default ({model.identity.schedule or 'batched'}): {default_s:.1f}s wall ({default_cpu:.1f}s CPU) for "
-          f"{len(requests)} judgements; tokens requested {model.tokens_requested}, computed {model.tokens_computed}; "
-          f"{model.forwards} forwards of up to {model.largest_batch} rows")
-
-    chunk, model.chunk = model.chunk, 0
-    batched, batched_s, batched_cpu = timed(model, requests)
-    print(f"batched (max_batch {model.max_batch}): {batched_s:.1f}s wall ({batched_cpu:.1f}s CPU); "
-          f"tokens computed {model.tokens_computed}")
+    chunk, seconds, default = model.chunk, {"default": [], "batched": []}, None
+    order = [p for k in range(args.repeats) for p in (("default", "batched"), ("batched", "default"))[k % 2]]
+    for path in order:
+        default_path(model, chunk if path == "default" else 0)
+        model.forwards = 0
+        probs, wall, cpu = timed(model, requests)
+        seconds[path].append(wall)
+        if path == "default":
+            again = "" if default is None else f"; answers bit-identical to the first run: {probs == default}"
+            default = default or probs
+            print(f"default ({model.identity.schedule or 'batched'}): {wall:.1f}s wall ({cpu:.1f}s CPU) for "
+                  f"{len(requests)} judgements; tokens requested {model.tokens_requested}, computed "
+                  f"{model.tokens_computed}; {model.forwards} forwards of up to {model.largest_batch} rows{again}")
+        else:
+            batched = probs
+            print(f"batched (max_batch {model.max_batch}): {wall:.1f}s wall ({cpu:.1f}s CPU); "
+                  f"tokens computed {model.tokens_computed}")
+    default_s, batched_s = (sum(seconds[p]) / len(seconds[p]) for p in ("default", "batched"))
+    default_path(model, 0)
 
     sample = requests[: args.scratch_sample]
     model.prefix_reuse = False
@@ -121,7 +153,7 @@ def main() -> None:
     gap = max(abs(batched[r][a] - default[r][a]) for r in requests for a in r.answers)
     print(f"from scratch: {scratch_s * scale:.1f}s wall ({scratch_cpu * scale:.1f}s CPU, extrapolated from "
           f"{len(sample)} prompts); max |p_batched - p_scratch| = {worst:.2e}; max |p_batched - p_default| = {gap:.2e}")
-    model.chunk = chunk
+    default_path(model, chunk)
     print(f"s_per_judgement={default_s / len(requests):.3f} batched={batched_s / len(requests):.3f} "
           f"ratio_vs_batched={default_s / batched_s:.3f} ratio_vs_scratch={batched_s / (scratch_s * scale):.3f}")
 

@@ -39,10 +39,10 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     def schedule(*overrides):
         return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
 
-    assert schedule("evaluator.dtype=bfloat16") == "chunks64h16d8"  # summaries decoded 8 rows at a time
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64k512h16d8"  # keys in blocks of 512; 8 decode rows
     assert schedule("evaluator.dtype=float32") == ""
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
-                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32h16d4"
+                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32k512h16d4"
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
     # a fixed row count per forward (a GPU's auto) is part of what the numbers depend on
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32h16d32"
@@ -71,15 +71,24 @@ def test_the_default_schedule_leaves_cache_keys_as_they_were():
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("rows", [None, 4], ids=["rows-as-alone", "fixed-rows"])
-def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg, rows):
-    """Both ways pieces share a forward: as each would run alone (a CPU's auto), and in forwards of a fixed
-    row count with tails padded to whole chunks (a GPU's auto, forced here)."""
-    fixed = [] if rows is None else [f"evaluator.batch_invariant_rows={rows}"]
+@pytest.mark.parametrize("rows", [None, "chunks", 4], ids=["split-free", "key-blocked-chunks", "fixed-rows"])
+def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg, rows, monkeypatch):
+    """Every way batch-invariant pieces share a forward: over shared prefixes with attention's keys in whole
+    blocks (a CPU's auto, where the load-time probe finds a prompt's numbers independent of its cuts); in chunks
+    with pieces of one shape batched as each would run alone (a CPU's fallback, forced here); and in forwards
+    of a fixed row count with tails padded to whole chunks (a GPU's auto, forced here). Every answer also gets a
+    second position (forced: its most probable whitespace token), which runs on the row's own cache."""
+    from selfpref_sweep.models import local
+
+    monkeypatch.setattr(local, "split_tokens", lambda ws_probs, **_: sorted(ws_probs, key=lambda t: -t[1])[:1])
+    fixed = [f"evaluator.batch_invariant_rows={rows}"] if isinstance(rows, int) else []
     cfg = compose_cfg([*BF16, *fixed, "dataset.n_articles=2"])
     spec = resolve_cell(cfg)
     model = LocalModel(spec.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
-    assert model.chunk == 64 and model.rows == (rows or 0)
+    assert model.chunk == 64 and model.rows == (rows if isinstance(rows, int) else 0)
+    assert model.key_blocks == (not isinstance(rows, int))
+    if rows == "chunks":
+        model.__dict__["split_free"] = False
     handle = CachedModel(model.identity, lambda: model, store=None)
     from selfpref_sweep.cell.dataset_loaders import load_dataset
 
@@ -97,11 +106,18 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
         return {r: d.probs for batch in batches for r, d in model.answer_distributions(batch)}
 
     together = judged([requests])
-    if model.rows_invariant:  # pieces of one shape from several prompts shared a forward
+    assert model.second_positions == len(requests)
+    if model.rows_invariant and not model.split_free:  # chunks of one shape from several prompts shared a forward
         assert model.largest_batch > 1
-        assert not rows or model.largest_batch == rows  # every forward filled to the fixed count
+        assert not isinstance(rows, int) or model.largest_batch == rows  # every forward filled to the fixed count
     assert judged([requests[1::2], requests[0::2]]) == together  # another batch and cache history
     assert judged([[r] for r in reversed(requests)]) == together  # one at a time, last first
+    if model.split_free:  # each prompt alone in one forward, and by the fixed chunks: the same bits
+        model.prefix_reuse = False
+        assert judged([requests]) == together
+        model.prefix_reuse, model.__dict__["split_free"] = True, False
+        assert judged([requests]) == together
+        model.__dict__["split_free"] = True
 
     texts = [SequenceRequest(model.identity, text[:150], messages=(Message("user", f"Summarize: {text}"),))
              for _, text in articles]
@@ -109,6 +125,10 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
     scored = {r: s.total for r, s in model.sequence_logprobs(texts)}
     model.prefix_lru.clear()
     assert {r: s.total for t in reversed(texts) for r, s in model.sequence_logprobs([t])} == scored
+    if model.split_free:
+        model.prefix_lru.clear()
+        model.__dict__["split_free"] = False
+        assert {r: s.total for r, s in model.sequence_logprobs(texts)} == scored
 
 
 def _sweep_cmd(tmp_path, name):

@@ -125,10 +125,14 @@ def test_the_tokenizer_splits_the_answer_and_its_whitespace_piece_is_found(token
     assert stub._whitespace_ids == [tokenizer.convert_tokens_to_ids("▁")]
 
 
-@pytest.mark.parametrize("prefix_reuse, chunk", [(True, 0), (False, 0), (True, 4)])
-def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, prefix_reuse, chunk):
-    """Batched over shared prefixes, from scratch, and batch-invariant (one prompt at a time in chunks of 4)."""
+@pytest.mark.parametrize("prefix_reuse, chunk, split_free", [(True, 0, False), (False, 0, False), (True, 4, False),
+                                                               (True, 4, True), (False, 4, True)])
+def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, prefix_reuse, chunk, split_free):
+    """Batched over shared prefixes, from scratch, and batch-invariant: in chunks of 4, and split-free (over the
+    shared prefixes or from scratch, every forward right-padded to its query width: a real position or a second
+    position that saw the padding would read the planted pad answer)."""
     stub.prefix_reuse, stub.second_positions, stub.chunk = prefix_reuse, 0, chunk
+    stub.key_blocks, stub.__dict__["split_free"] = split_free, split_free
     stub.prefix_lru.clear()
     stub.min_extend_saving = 0  # these prompts are short: walk the exact trie, so the batch shares a cached prefix
     reqs = [AnswerRequest(stub.identity, (Message("user", p),), JudgeDecoding(("1", "2"))) for p in PROMPTS]
@@ -144,8 +148,9 @@ def test_split_answers_are_marginalized_and_unsplit_ones_read_as_before(stub, pr
             assert d.probs == pytest.approx({"1": 0.6, "2": 0.395}, abs=1e-6)
         assert d.prompt_tokens == len(stub.encode(r.messages[0].content))
     assert stub.second_positions == 2
-    stub.chunk = 0
-    if prefix_reuse and chunk:  # every cache the LRU holds ends at a chunk boundary
+    stub.chunk, stub.key_blocks = 0, False
+    stub.__dict__.pop("split_free")
+    if prefix_reuse and chunk and not split_free:  # every cache the LRU holds ends at a chunk boundary
         assert stub.prefix_lru._lengths and all(n % chunk == 0 for n in stub.prefix_lru._lengths)
     elif prefix_reuse:  # the four prompts share a prefix and were scored in one padded batch
         assert stub.tokens_computed < stub.tokens_requested

@@ -34,10 +34,16 @@ holds and serves only caches at chunk boundaries, and the rest of the prompt is 
 the same tokens always meet the same shapes, and a result depends on its own prompt alone. The pieces are
 not run one prompt at a time, though: every chunk at one depth has one shape, and so has every tail of one
 length on one boundary. How such pieces share a forward depends on the device:
-- On a CPU (`batch_invariant_rows: 0`) the device gives each row of a batched forward the bits it gives alone
+- On a CPU (`batch_invariant_rows: 0`) attention pads its keys to whole blocks of 512 and every forward's width
+  leaves 0 or 16+ rows in its last query block (models/key_blocks.py): then a token's numbers do not depend on
+  how its prompt was cut into forwards or what shared them (`split_free`, probed once per model; true on the
+  CPUs measured), and prompts are judged and scored over their shared prefixes like the batched schedule (the
+  prefix trie; the answers read HEAD_ROWS at a time, each second position on its row's own cache cut to its
+  prompt), with each prompt's numbers those of it alone in one forward, which are also the chunks' numbers.
+  Where the probe fails, the chunks run: the device gives each row of a batched forward the bits it gives alone
   (`rows_invariant`, probed once per model; true on the CPUs measured for pieces of 16 tokens or more), so
   pieces from many prompts share a forward, up to the device's token budget (`forward_tokens`), with results
-  bit-identical to one prompt per forward.
+  bit-identical to one prompt per forward. Summaries use the chunks either way.
 - On a GPU a matrix product's kernel, and so its rounding, depends on the row count (cuBLAS picks tiles and
   split-K by shape), so rows cannot share a forward of a varying size. There every forward has exactly
   `batch_invariant_rows` rows (auto: GPU_INVARIANT_ROWS), filled with copies of a real one, and every tail is
@@ -55,8 +61,8 @@ whose rows share one width: each prompt runs on its chunked cache with its tail 
 multiple of DECODE_WIDTH tokens (its width, a function of its own length), and rows of one width decode
 together, each new token at the same cache slot in every row, the padding masked and each row's positions
 its own. Every decoding step is then one fixed shape, and a summary depends on its own prompt only. The
-identity's `schedule` ("chunks64h16d8", on a GPU "chunks64x32h16d32") keeps these results apart from batched ones in
-the call cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py
+identity's `schedule` ("chunks64k512h16d8", on a GPU "chunks64x32h16d32") keeps these results apart from batched
+ones in the call cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py
 measure the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
@@ -77,6 +83,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option, spells_answer)
+from .key_blocks import KEY_BLOCK, query_width, use_key_blocks
 from .precision import resolve_dtype
 from .prefix import Extend, PrefixLRU, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
@@ -207,13 +214,16 @@ class LocalModel(ModelAPI):
         self.forward_tokens, self.kv_budget_bytes = 1024, 2 * 2 ** 30  # set for the device by _load
         self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
         self.rows = self.invariant_rows(cfg) if self.chunk else 0  # > 0: every such forward has this many rows
+        # On a CPU, batch-invariant computation pads attention's keys to whole blocks (models/key_blocks.py), so
+        # that where the device allows (`split_free`) prompts are judged over shared prefixes, as if each alone.
+        self.key_blocks = bool(self.chunk) and not self.rows
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
         self._answer_ids: Dict[str, List[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
         self.second_positions = 0  # prompts whose answer was read at a second position (split answers)
-        self.forwards = self.largest_batch = 0  # batch-invariant forwards run, and the most rows one held
+        self.forwards = self.largest_batch = 0  # forwards over prompt pieces run, and the most rows one held
         self._load()
 
     @classmethod
@@ -221,7 +231,8 @@ class LocalModel(ModelAPI):
         chunk = cls.invariant_chunk(cfg)
         rows = cls.invariant_rows(cfg) if chunk else 0
         decode = rows or int(option(cfg, "generate_batch", 8))
-        schedule = (f"chunks{chunk}" + (f"x{rows}" if rows else "") + f"h{HEAD_ROWS}d{decode}") if chunk else ""
+        fill = f"x{rows}" if rows else f"k{KEY_BLOCK}"
+        schedule = f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}" if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
                              backend_version=BACKEND_VERSION, schedule=schedule)
@@ -282,6 +293,8 @@ class LocalModel(ModelAPI):
             self.model = attach_adapter(self.model, adapter.path)
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.model.to(self.device).eval()
+        if self.key_blocks:
+            use_key_blocks(self.model, True)
         self._size_for_device()
         if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):
             self.prefix_reuse = False  # sliding-window layers keep no full prefix to crop back to
@@ -480,40 +493,47 @@ class LocalModel(ModelAPI):
     def answer_distributions(self, requests: Sequence[AnswerRequest]
                              ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
         prompts = [self.encode(self.render(r.messages)) for r in requests]
-        if self.chunk:
-            yield from self._invariant_distributions(prompts, requests)
+        if self.chunk:  # batch-invariant: each prompt's numbers as if alone
+            runs = self._trie_tails(prompts) if self.split_free else self._chunk_tails(prompts)
+            yield from self._read_in_blocks(runs, prompts, requests)
             return
+        for rows, last, cache in self._trie_tails(prompts):
+            batch = self._distributions(last, cache, [len(prompts[i]) for i in rows], [requests[i] for i in rows])
+            for i, dist in zip(rows, batch):
+                self.tokens_requested += len(prompts[i])
+                yield requests[i], dist
+
+    def _trie_tails(self, prompts: List[List[int]]) -> Iterator[Tuple[List[int], object, object]]:
+        """(prompt indices, each one's last hidden state, the batch's cache) per forward that ends prompts: over
+        their shared prefixes (models/prefix.py), or without prefix reuse each prompt from scratch."""
         if not self.prefix_reuse:
-            for ids, req in zip(prompts, requests):
-                hidden, batch_cache = self._forward_last([ids], cache=None)
+            for i, ids in enumerate(prompts):
+                last, cache = self._forward_last([ids], cache=None)
                 self.tokens_computed += len(ids)
-                self.tokens_requested += len(ids)
-                yield req, self._distributions(hidden, batch_cache, [len(ids)], [req])[0]
+                yield [i], last, cache
             return
         steps = schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving)
         for step, cache in self._walk(prompts, steps):
             suffixes = [prompts[i][step.start:] for i in step.prompts]
-            hidden, batch_cache = self._forward_last(suffixes, cache=cache)
+            last, batch_cache = self._forward_last(suffixes, cache=cache)
             self.tokens_computed += sum(map(len, suffixes))
-            lengths = [len(prompts[i]) for i in step.prompts]
-            batch = self._distributions(hidden, batch_cache, lengths, [requests[i] for i in step.prompts])
-            for i, dist in zip(step.prompts, batch):
-                self.tokens_requested += len(prompts[i])
-                yield requests[i], dist
+            yield step.prompts, last, batch_cache
 
-    def _invariant_distributions(self, prompts: List[List[int]], requests: Sequence[AnswerRequest]
-                                 ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
-        """Each prompt's tail on its chunk-boundary cache, as if alone: its numbers depend on its own tokens only.
-        The last positions are read HEAD_ROWS at a time, across tail forwards (`_head_probs`); each row keeps its
-        own cache for a second position (split answers)."""
-        # (prompt index, last hidden state, its row's cache): a row's cache is a view that keeps its tail batch's
-        # cache alive until the row is read, so at most a block's rows' batches are held beyond the window's.
-        pending: List[Tuple[int, object, object]] = []
+    def _chunk_tails(self, prompts: List[List[int]]) -> Iterator[Tuple[List[int], object, object]]:
+        """`_trie_tails` by fixed chunks (`_invariant_runs`): each prompt's tail on its chunk-boundary cache."""
         for rows, out, cache in self._invariant_runs(prompts, [[] for _ in prompts]):
-            hidden = out.last_hidden_state
+            yield rows, out.last_hidden_state[list(range(len(rows))), [self._tail_last(prompts[i]) for i in rows]], cache
+
+    def _read_in_blocks(self, runs, prompts: List[List[int]], requests: Sequence[AnswerRequest]
+                        ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+        """Batch-invariant answers from runs of (prompt indices, last hidden states, batch cache): the last
+        positions read HEAD_ROWS at a time, across runs (`_head_probs`); each row's second position (split answers)
+        on its own cache, which keeps its run's batch cache alive until the row is read. With key blocks the
+        row's cache is cut to its prompt: the padding after it depends on its batch (trie) or width (chunks)."""
+        pending: List[Tuple[int, object, object]] = []
+        for rows, last, cache in runs:
             for r, i in enumerate(rows):
-                last = self._tail_last(prompts[i])
-                pending.append((i, hidden[r, last].clone(), _row_cache(cache, r)))
+                pending.append((i, last[r], _row_cache(cache, r, len(prompts[i]) if self.key_blocks else None)))
             while len(pending) >= HEAD_ROWS:
                 yield from self._read_block(pending[:HEAD_ROWS], prompts, requests)
                 pending = pending[HEAD_ROWS:]
@@ -548,6 +568,36 @@ class LocalModel(ModelAPI):
         same = torch.equal(first[1:], second[:HEAD_ROWS - 1]) and torch.equal(alone, first[1])
         log.info("%s: output-layer rows %s read together on %s", self.identity.label, "are" if same else "are not",
                  self.device)
+        return same
+
+    @cached_property
+    def split_free(self) -> bool:
+        """Whether, with key blocks, this device gives a prompt's tokens the same bits however the prompt is cut
+        into forwards and batched (models/key_blocks.py): then batch-invariant judging and scoring run over shared
+        prefixes like the batched schedule, with its numbers those of each prompt alone in one forward. Checked
+        once: a prompt that crosses a key block, in one forward, in three pieces, and its last piece as a shorter
+        row right-padded beside another prompt's on the same prefix."""
+        if not self.key_blocks:
+            return False
+        torch = self.torch
+        n, cuts = KEY_BLOCK + 48, (240, 400)  # pieces of 240, 160 and 160 tokens: query widths as they are
+        ids = torch.randint(0, min(len(self.tokenizer), 32000), (2, n), generator=torch.Generator().manual_seed(0)
+                            ).tolist()
+        whole = self._forward_rows([ids[0]], None).last_hidden_state[0]
+        cache, pieces = None, []
+        for start, stop in zip((0,) + cuts, cuts + (n,)):
+            if start == cuts[-1]:
+                prefix = _clone_cache(cache)
+            out = self._forward_rows([ids[0][start:stop]], cache)
+            cache = _returned_cache(out)
+            pieces.append(out.last_hidden_state[0])
+        short = 50  # 50 tokens of the first prompt's last piece, padded to the other row's 160
+        pair = self._forward_rows([ids[0][cuts[-1]:cuts[-1] + short] + [self._pad_id] * (n - cuts[-1] - short),
+                                   ids[1][cuts[-1]:]], _clone_cache(prefix, batch=2))
+        same = (torch.equal(torch.cat(pieces), whole)
+                and torch.equal(pair.last_hidden_state[0, :short], whole[cuts[-1]:cuts[-1] + short]))
+        log.info("%s: a prompt's numbers %s on how it is cut into forwards on %s", self.identity.label,
+                 "do not depend" if same else "depend", self.device)
         return same
 
     def _bound(self, prompt: List[int]) -> int:
@@ -632,8 +682,10 @@ class LocalModel(ModelAPI):
 
     def _tail_width(self, length: int) -> int:
         """A tail's width in its forward: whole chunks where every forward has a fixed row count (so every
-        forward is one of a few shapes), else its own length."""
-        return -(-length // self.chunk) * self.chunk if self.rows else length
+        forward is one of a few shapes), else its query width (its own length with no key blocks)."""
+        if self.rows:
+            return -(-length // self.chunk) * self.chunk
+        return query_width(length) if self.key_blocks else length
 
     def _right_padded(self, ids: List[int], width: int) -> List[int]:
         return ids + [self._pad_id] * (width - len(ids))
@@ -759,7 +811,7 @@ class LocalModel(ModelAPI):
         """Batches of prompt + text run through the model: (prompt indices, where each row starts in its prompt,
         the last hidden states). Batch-invariant: each row from its prompt's chunk boundary; else the shared-
         prefix schedule over the prompts (without prefix reuse, each prompt from scratch)."""
-        if self.chunk:
+        if self.chunk and not self.split_free:
             for rows, out, _ in self._invariant_runs(prompts, texts):
                 self.tokens_computed += sum(map(len, (texts[i] for i in rows)))
                 yield rows, [self._bound(prompts[i]) for i in rows], out.last_hidden_state
@@ -830,12 +882,18 @@ class LocalModel(ModelAPI):
             return float(picked.sum())
 
     def _run_into_cache(self, ids: List[int], cache):
-        """The cache after running one row of tokens on it (a forward of exactly these tokens)."""
+        """The cache after running one row of tokens on it (a forward of exactly these tokens; with key blocks,
+        of their query width, the padding cropped off again)."""
         torch = self.torch
+        pad = query_width(len(ids)) - len(ids) if self.key_blocks else 0
+        self.forwards += 1
         with torch.inference_mode():
-            out = self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), **self._kv(cache),
-                                           use_cache=True)
-        return _returned_cache(out)
+            out = self.model.get_decoder()(input_ids=torch.tensor([ids + [self._pad_id] * pad], device=self.device),
+                                           **self._kv(cache), use_cache=True)
+        cache = _returned_cache(out)
+        if pad:
+            cache.crop(-pad)
+        return cache
 
     def _extend(self, ids: List[int], cache):
         extended = self._run_into_cache(ids, cache)
@@ -862,10 +920,13 @@ class LocalModel(ModelAPI):
         stays intact for the next batch without a copy of its own."""
         torch = self.torch
         width = max(map(len, suffixes))
+        width = query_width(width) if self.key_blocks else width
         pad = self._stop_ids[0]
         ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], device=self.device)
         if cache is not None:
             cache = _clone_cache(cache, batch=len(suffixes))
+        self.forwards += 1
+        self.largest_batch = max(self.largest_batch, len(suffixes))
         with torch.inference_mode():
             return self.model.get_decoder()(input_ids=ids, **self._kv(cache), use_cache=True)
 
@@ -1001,11 +1062,11 @@ def _stack_left_padded(caches: List[object], width: int):
     return batch
 
 
-def _row_cache(cache, row: int):
-    """Row `row` of a batch cache as a cache of its own (a view: no copy)."""
+def _row_cache(cache, row: int, length: int | None = None):
+    """Row `row` of a batch cache as a cache of its own, its first `length` positions (all: None); a view."""
     twin = _clone_cache(cache)
     for layer in twin.layers:
-        layer.keys, layer.values = layer.keys[row:row + 1], layer.values[row:row + 1]
+        layer.keys, layer.values = layer.keys[row:row + 1, :, :length], layer.values[row:row + 1, :, :length]
     return twin
 
 
