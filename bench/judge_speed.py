@@ -129,7 +129,7 @@ def main() -> None:
     order = [p for k in range(args.repeats) for p in (("default", "batched"), ("batched", "default"))[k % 2]]
     for path in order:
         default_path(model, chunk if path == "default" else 0)
-        model.forwards = 0
+        model.forwards = model.largest_batch = 0
         probs, wall, cpu = timed(model, requests)
         seconds[path].append(wall)
         if path == "default":
