@@ -683,8 +683,11 @@ class LocalModel(ModelAPI):
     def _tail_width(self, length: int) -> int:
         """A tail's width in its forward: whole chunks where every forward has a fixed row count (so every
         forward is one of a few shapes), else its query width (its own length with no key blocks)."""
-        if self.rows:
-            return -(-length // self.chunk) * self.chunk
+        return -(-length // self.chunk) * self.chunk if self.rows else self._query_width(length)
+
+    def _query_width(self, length: int) -> int:
+        """A forward's width for `length` new tokens: with key blocks its query width (models/key_blocks.py),
+        else the length itself."""
         return query_width(length) if self.key_blocks else length
 
     def _right_padded(self, ids: List[int], width: int) -> List[int]:
@@ -884,13 +887,8 @@ class LocalModel(ModelAPI):
     def _run_into_cache(self, ids: List[int], cache):
         """The cache after running one row of tokens on it (a forward of exactly these tokens; with key blocks,
         of their query width, the padding cropped off again)."""
-        torch = self.torch
-        pad = query_width(len(ids)) - len(ids) if self.key_blocks else 0
-        self.forwards += 1
-        with torch.inference_mode():
-            out = self.model.get_decoder()(input_ids=torch.tensor([ids + [self._pad_id] * pad], device=self.device),
-                                           **self._kv(cache), use_cache=True)
-        cache = _returned_cache(out)
+        pad = self._query_width(len(ids)) - len(ids)
+        cache = _returned_cache(self._forward_rows([ids + [self._pad_id] * pad], cache))
         if pad:
             cache.crop(-pad)
         return cache
@@ -918,17 +916,11 @@ class LocalModel(ModelAPI):
         The prefix is lent read-only: a new cache object whose layers hold the prefix's tensors expanded
         (not copied) to the batch; the forward concatenates onto them into new tensors, so the prefix
         stays intact for the next batch without a copy of its own."""
-        torch = self.torch
-        width = max(map(len, suffixes))
-        width = query_width(width) if self.key_blocks else width
+        width = self._query_width(max(map(len, suffixes)))
         pad = self._stop_ids[0]
-        ids = torch.tensor([s + [pad] * (width - len(s)) for s in suffixes], device=self.device)
         if cache is not None:
             cache = _clone_cache(cache, batch=len(suffixes))
-        self.forwards += 1
-        self.largest_batch = max(self.largest_batch, len(suffixes))
-        with torch.inference_mode():
-            return self.model.get_decoder()(input_ids=ids, **self._kv(cache), use_cache=True)
+        return self._forward_rows([s + [pad] * (width - len(s)) for s in suffixes], cache)
 
     def _second_position(self, cache, lengths: List[int], picks: List[Tuple[int, int]]):
         """The hidden state one position on, for each (row, token) in `picks`: the row's prompt plus
