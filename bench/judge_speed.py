@@ -72,17 +72,6 @@ def timed(model, requests):
     return probs, time.time() - t0, time.process_time() - c0
 
 
-def default_path(model, chunk: int) -> None:
-    """Switch the loaded model between its default schedule (its batch-invariant chunk; on a CPU with attention's
-    keys in whole blocks) and the batched one (0: plain SDPA)."""
-    from selfpref_sweep.models.key_blocks import use_key_blocks
-
-    key_blocks = bool(chunk) and not model.rows
-    if key_blocks != model.key_blocks:
-        use_key_blocks(model.model, key_blocks)
-    model.chunk, model.key_blocks = chunk, key_blocks
-
-
 def forward_cost(model) -> None:
     """Milliseconds per token of one forward by its shape, on a 512-token cache (random tokens)."""
     import torch
@@ -128,7 +117,7 @@ def main() -> None:
     chunk, seconds, default = model.chunk, {"default": [], "batched": []}, None
     order = [p for k in range(args.repeats) for p in (("default", "batched"), ("batched", "default"))[k % 2]]
     for path in order:
-        default_path(model, chunk if path == "default" else 0)
+        model.switch_schedule(chunk if path == "default" else 0)
         model.forwards = model.largest_batch = 0
         probs, wall, cpu = timed(model, requests)
         seconds[path].append(wall)
@@ -143,7 +132,7 @@ def main() -> None:
             print(f"batched (max_batch {model.max_batch}): {wall:.1f}s wall ({cpu:.1f}s CPU); "
                   f"tokens computed {model.tokens_computed}")
     default_s, batched_s = (sum(seconds[p]) / len(seconds[p]) for p in ("default", "batched"))
-    default_path(model, 0)
+    model.switch_schedule(0)
 
     sample = requests[: args.scratch_sample]
     model.prefix_reuse = False
@@ -153,7 +142,7 @@ def main() -> None:
     gap = max(abs(batched[r][a] - default[r][a]) for r in requests for a in r.answers)
     print(f"from scratch: {scratch_s * scale:.1f}s wall ({scratch_cpu * scale:.1f}s CPU, extrapolated from "
           f"{len(sample)} prompts); max |p_batched - p_scratch| = {worst:.2e}; max |p_batched - p_default| = {gap:.2e}")
-    default_path(model, chunk)
+    model.switch_schedule(chunk)
     print(f"s_per_judgement={default_s / len(requests):.3f} batched={batched_s / len(requests):.3f} "
           f"ratio_vs_batched={default_s / batched_s:.3f} ratio_vs_scratch={batched_s / (scratch_s * scale):.3f}")
 

@@ -216,7 +216,7 @@ class LocalModel(ModelAPI):
         self.rows = self.invariant_rows(cfg) if self.chunk else 0  # > 0: every such forward has this many rows
         # On a CPU, batch-invariant computation pads attention's keys to whole blocks (models/key_blocks.py), so
         # that where the device allows (`split_free`) prompts are judged over shared prefixes, as if each alone.
-        self.key_blocks = bool(self.chunk) and not self.rows
+        self.key_blocks = self._key_blocks_for(self.chunk)
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
         self._answer_ids: Dict[str, List[int]] = {}
@@ -225,6 +225,18 @@ class LocalModel(ModelAPI):
         self.second_positions = 0  # prompts whose answer was read at a second position (split answers)
         self.forwards = self.largest_batch = 0  # forwards over prompt pieces run, and the most rows one held
         self._load()
+
+    def _key_blocks_for(self, chunk: int) -> bool:
+        return bool(chunk) and not self.rows
+
+    def switch_schedule(self, chunk: int) -> None:
+        """Switch the loaded model between batch-invariant computation in chunks of `chunk` tokens (on a CPU with
+        attention's keys in whole blocks) and the batched schedule (0), as a config with that chunk would load
+        it. For benches that time both on one model: the identity, and so the cache keys, stay as loaded."""
+        key_blocks = self._key_blocks_for(chunk)
+        if key_blocks != self.key_blocks:
+            use_key_blocks(self.model, key_blocks)
+        self.chunk, self.key_blocks = chunk, key_blocks
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
