@@ -16,7 +16,7 @@ which sizes a forward's token budget for the device (models/local.py, `forward_t
 
 --repeats N times each path N times, alternating (default, batched, batched, default, ...), so neither gains
 from running second (the machine's own drift shows as the spread between repeats); the summary line then
-reports the mean of each.
+reports the mean of each, and each default run's time over its neighbouring batched run's.
 
 Ends with one line: s_per_judgement=<default> batched=<b> ratio_vs_batched=<default / batched>
 ratio_vs_scratch=<batched / scratch>.
@@ -25,6 +25,7 @@ ratio_vs_scratch=<batched / scratch>.
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
@@ -132,6 +133,10 @@ def main() -> None:
             print(f"batched (max_batch {model.max_batch}): {wall:.1f}s wall ({cpu:.1f}s CPU); "
                   f"tokens computed {model.tokens_computed}")
     default_s, batched_s = (sum(seconds[p]) / len(seconds[p]) for p in ("default", "batched"))
+    if args.repeats > 1:  # each default run against the batched run beside it, so drift cancels within a pair
+        pairs = sorted(d / b for d, b in zip(seconds["default"], seconds["batched"]))
+        print(f"default / batched, run by run: {', '.join(f'{r:.3f}' for r in pairs)} "
+              f"(median {statistics.median(pairs):.3f})")
     model.switch_schedule(0)
 
     sample = requests[: args.scratch_sample]
