@@ -44,8 +44,13 @@ def test_ray_launcher_gives_the_basic_launchers_results(tmp_path):
         assert results == basic[name][0], name
         # which cell generates a summary that two cells share depends on the order they ran in
         assert _without_call_counts(summary) == _without_call_counts(basic[name][1]), name
-    total_calls = [sum(summary["model_calls"] for _, summary in run.values()) for run in (basic, ray)]
-    assert total_calls[0] == total_calls[1] > 0  # the same work, each on its own store
+    calls, hits = ([sum(summary[k] for _, summary in run.values()) for run in (basic, ray)]
+                   for k in ("model_calls", "cache_hits"))
+    # The same requests, each on its own store. Cells that share a summary and run at once under Ray may both
+    # call for it before either has stored it (seen once: one call more), so calls are at least the basic
+    # launcher's, and requests (calls + cache hits) the same.
+    assert calls[0] > 0 and calls[1] >= calls[0]
+    assert calls[0] + hits[0] == calls[1] + hits[1]
 
 
 def test_two_nodes_with_their_own_stores_then_a_merge(tmp_path):
