@@ -36,7 +36,6 @@ from pathlib import Path
 
 from judge_speed import _time, paper_requests, timed, workload
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.key_blocks import query_width
 from selfpref_sweep.models.local import MIN_BATCHED_LENGTH, LocalModel, _clone_cache
 
 
@@ -135,7 +134,7 @@ def main() -> None:
     requests = paper_requests(CachedModel(model.identity, lambda: model, store=None), prompts, dataset)
     ids = [model.encode(model.render(r.messages)) for r in requests]
     text = model._token_text
-    width = query_width if model.key_blocks else (lambda n: n)
+    width = model._query_width
     per_forward, per_token = forward_costs(model)
     print(f"{len(ids)} prompts, {sum(map(len, ids))} tokens, {trie_tokens(ids)} distinct prefix tokens; "
           f"this machine: {per_forward * 1e3:.0f} ms per forward + {per_token * 1e3:.2f} ms per token")

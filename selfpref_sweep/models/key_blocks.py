@@ -112,13 +112,11 @@ def _query_groups(mask) -> list:
     whole = [((0, q), (0, q), blocks * KEY_BLOCK)]
     if blocks == 1:
         return whole
-    seen = mask.reshape(-1, q, mask.shape[-1]).any(0)  # query x key: seen by some row
-    need = [1] * q
-    for block in range(1, blocks):
-        for i in seen[:, block * KEY_BLOCK:].any(1).nonzero().flatten().tolist():
-            need[i] = block + 1
-    for i in (~seen.any(1)).nonzero().flatten().tolist():
-        need[i] = blocks
+    import torch
+
+    seen = mask.reshape(-1, q, blocks, KEY_BLOCK).any(-1).any(0)  # query x block: a key seen by some row
+    last_seen = (seen * torch.arange(1, blocks + 1, device=seen.device)).amax(1)  # 0: sees nothing
+    need = torch.where(last_seen == 0, blocks, last_seen).tolist()
     bounds = [0] + [i for i in range(1, q) if need[i] != need[i - 1]] + [q]
     if len(bounds) == 2:
         return whole
