@@ -4,7 +4,7 @@ Both runs decode the same summarization prompts greedily with the same model (qw
 configured dtype); one with generate_batch=1, one with --batch (the model's generate_batch by default). In
 float32 that is one prompt at a time against left-padded batches; in batch-invariant computation (bf16's
 default) generate_batch is the fixed row count of every decoding step, so it is 1 row per step against --batch
-rows of one padded width.
+rows (on a CPU of any padded width, on a GPU of one).
 Needs the paper data:
 
     python bench/generate_speed.py [--root ../shared/paper-data] [--n-articles 16] [--batch 8]

@@ -39,10 +39,10 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     def schedule(*overrides):
         return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
 
-    assert schedule("evaluator.dtype=bfloat16") == "chunks64k512h16d8"  # keys in blocks of 512; 8 decode rows
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64k512h16d8w512"  # keys in blocks of 512; 8 decode rows of whole blocks
     assert schedule("evaluator.dtype=float32") == ""
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
-                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32k512h16d4"
+                    "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32k512h16d4w512"
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant=false") == ""
     # a fixed row count per forward (a GPU's auto) is part of what the numbers depend on
     assert schedule("evaluator.dtype=bfloat16", "evaluator.batch_invariant_rows=32") == "chunks64x32h16d32"
@@ -275,3 +275,46 @@ def test_batch_invariant_summaries_are_greedy_decoding(compose_cfg):
         assert ours[req.cache_key()] == len(expected)
         assert model._generation(req, ids, expected).text == dict(
             (r.cache_key(), g.text) for r, g in model.generate([req]))[req.cache_key()]
+
+
+@pytest.mark.real_model
+def test_rows_of_every_width_decode_together_with_the_bits_of_their_own(compose_cfg, monkeypatch):
+    """With key blocks (a CPU) a row decodes at any width of whole key blocks with the bits of its own width, so
+    prompts of different widths share one decoding batch: each row's next-token logits at every step are those
+    of the prompt decoded alone, to the bit."""
+    model, requests = _summary_requests(compose_cfg, [*BF16, "evaluator.generate_batch=2"], n_articles=1)
+    assert model.key_blocks and model.split_free
+    torch = model.torch
+    ids = torch.randint(0, 30000, (2, 700), generator=torch.Generator().manual_seed(0)).tolist()
+    prompts = [ids[0][:120], ids[1]]  # widths 512 and 1024
+    assert [model._decode_width(len(p)) for p in prompts] == [512, 1024]
+    steps, batches = [], []
+    forward, decode = model.model.forward, model._decode_rows_greedy
+
+    def recorded(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        steps.append(out.logits[:, -1].clone())
+        return out
+
+    def counted(lengths, *args):
+        batches.append(len(lengths))
+        return decode(lengths, *args)
+
+    monkeypatch.setattr(model.model, "forward", recorded)
+    monkeypatch.setattr(model, "_decode_rows_greedy", counted)
+
+    def run(group):
+        steps.clear()
+        made = [g.completion_tokens for _, g in model._invariant_generate([(requests[0], p) for p in group])]
+        return made, torch.stack(steps)
+
+    alone = [run([p]) for p in prompts]
+    batches.clear()
+    made, together = run(prompts)
+    assert batches == [2]  # one batch held both widths
+    rows = []
+    for n, logits in alone:  # the batch's rows in the order they were ready: each prompt's row is its nearest
+        rows.append(min((0, 1), key=lambda r: (together[0, r].float() - logits[0, 0].float()).abs().max().item()))
+        assert torch.equal(together[:len(logits), rows[-1]], logits[:, 0])
+        assert made[rows[-1]] == n[0]
+    assert sorted(rows) == [0, 1]

@@ -19,7 +19,7 @@ def test_the_gpu_bench_prints_its_table_on_a_cpu_with_the_tiny_shape():
     table = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
     cells = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]] for line in table[1:]}
     paths = list(cells)
-    assert paths[0] == "default (chunks64k512h16d8)" and paths[1] == "batched (batched)"
+    assert paths[0] == "default (chunks64k512h16d8w512)" and paths[1] == "batched (batched)"
     assert "plain HF, batches of 32" in paths and paths[-1].startswith("limit")
     for path in paths[:-1]:  # every measured path: a positive time per judgement and a summary rate
         ms, rate = float(cells[path][0]), float(cells[path][1])

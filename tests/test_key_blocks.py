@@ -74,3 +74,26 @@ def test_split_calls_give_the_bits_of_one_call_over_all_keys(monkeypatch, rows, 
     whole, _ = key_blocked_sdpa(None, query, key, value, mask)
     key_blocks._causal_groups.cache_clear()
     assert torch.equal(split, whole)
+
+
+def test_folded_heads_attend_each_query_head_with_its_own_key_value_head():
+    """A decoding step with the query heads of a key-value head folded into its queries: close to unfolded
+    attention (a head read with another head's keys would be far off), a row's bits its own whatever the other
+    rows, and only one query per row is folded, only within the context."""
+    torch.manual_seed(0)
+    dtype = _dtype()
+    rows, kv = 3, 700
+    query = torch.randn(rows, 14, 1, 64, dtype=dtype)
+    key, value = (torch.randn(rows, 2, kv, 64, dtype=dtype) for _ in range(2))
+    mask = torch.ones(rows, 1, 1, kv, dtype=torch.bool)
+    mask[1, ..., 200:650] = False  # a shorter prompt padded to the batch's width
+    unfolded, _ = key_blocked_sdpa(None, query, key, value, mask)
+    with key_blocks.folded_heads():
+        folded, _ = key_blocked_sdpa(None, query, key, value, mask)
+        alone, _ = key_blocked_sdpa(None, query[1:2], key[1:2], value[1:2], mask[1:2])
+        prefill, _ = key_blocked_sdpa(None, query.expand(-1, -1, 16, -1), key, value, None)
+    assert not key_blocks._FOLDING.on
+    assert torch.allclose(folded.float(), unfolded.float(), atol=2e-2, rtol=0)
+    assert torch.equal(alone, folded[1:2])
+    outside, _ = key_blocked_sdpa(None, query.expand(-1, -1, 16, -1), key, value, None)
+    assert torch.equal(prefill, outside)  # more than one query per row: not folded

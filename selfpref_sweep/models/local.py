@@ -57,13 +57,15 @@ single rows cost. Rows of several prompts share a product where the device gives
 any companions (probed once per model, `head_rows_invariant`); elsewhere each row fills a product with copies
 of itself, which gives the same bits more slowly. The schedule names the block ("h16").
 Summaries are decoded in batches of a fixed row count (`batch_invariant_rows` on a GPU, else `generate_batch`)
-whose rows share one width: each prompt runs on its chunked cache with its tail right-padded to the next
-multiple of DECODE_WIDTH tokens (its width, a function of its own length), and rows of one width decode
-together, each new token at the same cache slot in every row, the padding masked and each row's positions
-its own. Every decoding step is then one fixed shape, and a summary depends on its own prompt only. The
-identity's `schedule` ("chunks64k512h16d8", on a GPU "chunks64x32h16d32") keeps these results apart from batched
-ones in the call cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py
-measure the cost.
+whose rows share one width: each prompt's cache is built on its chunks and padded to its width (a function of
+its own length: the next multiple of DECODE_WIDTH tokens, with key blocks of KEY_BLOCK), each new token at the
+same cache slot in every row, the padding masked and each row's positions its own. Rows of one width decode
+together, their tails right-padded to it; with key blocks rows of every width do, at the widest one's, their
+caches padded with zeros, where a row gets the bits of its own width (`_decodes_any_width`). Every decoding
+step is then one fixed shape, and a summary depends on its own prompt only. The identity's `schedule`
+("chunks64k512h16d8w512", on a GPU "chunks64x32h16d32") keeps these results apart from batched ones in the call
+cache. bench/judge_speed.py, bench/batch_invariance.py, bench/generate_speed.py and bench/gpu_judge.py measure
+the cost.
 
 Scoring a given text (`sequence_logprobs`, the familiarity stage) walks the same schedule over the
 requests' prompts, so an article's prompt goes through the model once for all the texts scored after it;
@@ -72,6 +74,7 @@ each text is then run on a copy of that cache and its tokens' log-probabilities 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import logging
@@ -83,7 +86,7 @@ from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 from ..errors import ModelUnavailableError
 from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option, spells_answer)
-from .key_blocks import KEY_BLOCK, query_width, use_key_blocks
+from .key_blocks import KEY_BLOCK, folded_heads, query_width, use_key_blocks
 from .precision import resolve_dtype
 from .prefix import Extend, PrefixLRU, Score, schedule
 from .weights import local_hf_dir, weights_fingerprint
@@ -115,9 +118,10 @@ MIN_BATCHED_LENGTH = 16
 # per forward, enough to keep a 7B model's matrix products efficient while the padding rows stay few.
 GPU_INVARIANT_ROWS = 32
 
-# Batch-invariant summaries: a prompt's cache is padded to the next multiple of this many tokens (rounded up to
-# whole chunks), and prompts of one such width decode together. Wider steps group more prompts per width (more
-# rows per decoding step) for more padded positions in each prompt's last forward.
+# Batch-invariant summaries without key blocks (a GPU): a prompt's cache is padded to the next multiple of this
+# many tokens (rounded up to whole chunks), and prompts of one such width decode together. Wider steps group more
+# prompts per width (more rows per decoding step) for more padded positions in each prompt's last forward. With
+# key blocks (a CPU) the step is KEY_BLOCK and rows of every width decode together (`_decodes_any_width`).
 DECODE_WIDTH = 256
 
 # Rows of every output-layer product that reads batch-invariant answer distributions. A float32 product of 1
@@ -243,8 +247,9 @@ class LocalModel(ModelAPI):
         chunk = cls.invariant_chunk(cfg)
         rows = cls.invariant_rows(cfg) if chunk else 0
         decode = rows or int(option(cfg, "generate_batch", 8))
-        fill = f"x{rows}" if rows else f"k{KEY_BLOCK}"
-        schedule = f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}" if chunk else ""
+        # with key blocks, summaries decode at widths of whole key blocks ("w512"), elsewhere of DECODE_WIDTH
+        fill, width = (f"x{rows}", "") if rows else (f"k{KEY_BLOCK}", f"w{KEY_BLOCK}")
+        schedule = f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}{width}" if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
                              backend_version=BACKEND_VERSION, schedule=schedule)
@@ -413,29 +418,44 @@ class LocalModel(ModelAPI):
 
     def _invariant_generate(self, group: List[Tuple[GenerateRequest, List[int]]]
                             ) -> Iterator[Tuple[GenerateRequest, Generation]]:
-        """Batch-invariant summaries (one max_new_tokens): each prompt's last forward right-padded to its width,
-        then rows of one width decoded together as soon as a batch of them is ready, or, when the waiting rows'
-        caches outgrow half the KV budget, the fullest width's rows as they are (the rest at the end). Which rows
-        share a batch never changes a row's bits (every batch is filled to the same shape)."""
+        """Batch-invariant summaries (one max_new_tokens): each prompt's cache built to its width, then rows
+        decoded together as soon as a batch of them is ready, or, when the waiting rows' caches outgrow half the
+        KV budget, the fullest batch's rows as they are (the rest at the end). Rows of one width share a batch,
+        their last forwards right-padded to it; where rows of every width share one (`_decodes_any_width`), the
+        caches are padded with zeros instead, which no real position sees. Which rows share a batch never
+        changes a row's bits (every batch is filled to the same row count)."""
         prompts = [ids for _, ids in group]
         widths = [self._decode_width(len(p)) for p in prompts]
+        extras = [[] if self._decodes_any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths)]
         pending: Dict[int, list] = {}
-        for rows, out, cache in self._invariant_runs(prompts, [[self._pad_id] * (w - len(p))
-                                                               for p, w in zip(prompts, widths)]):
+        for rows, out, cache in self._invariant_runs(prompts, extras):
             for r, i in enumerate(rows):
-                last = self._tail_last(prompts[i])
-                ready = pending.setdefault(widths[i], [])
-                ready.append((i, out.last_hidden_state[r, last].clone(), _rows_copy(cache, r, r + 1)))
+                key = 0 if self._decodes_any_width else widths[i]
+                ready = pending.setdefault(key, [])
+                # the row's cache cut to its width: a forward's query width may have padded it further
+                cut = min(widths[i], len(prompts[i]) + len(extras[i]))
+                ready.append((i, out.last_hidden_state[r, self._tail_last(prompts[i])].clone(),
+                              _rows_copy(_row_cache(cache, r, cut), 0, 1)))
                 if len(ready) == self._decode_rows:
-                    yield from self._decode_ready(group, pending.pop(widths[i]), widths[i])
-            waiting = sum(w * len(ready) for w, ready in pending.items()) * self._kv_bytes_per_token
+                    yield from self._decode_ready(group, pending.pop(key), widths)
+            waiting = sum(widths[i] for ready in pending.values() for i, _, _ in ready) * self._kv_bytes_per_token
             if waiting > self.kv_budget_bytes // 2:
-                width = max(pending, key=lambda w: len(pending[w]))
-                yield from self._decode_ready(group, pending.pop(width), width)
-        for width, ready in sorted(pending.items()):
-            yield from self._decode_ready(group, ready, width)
+                key = max(pending, key=lambda k: len(pending[k]))
+                yield from self._decode_ready(group, pending.pop(key), widths)
+        for key, ready in sorted(pending.items()):
+            yield from self._decode_ready(group, ready, widths)
 
-    def _decode_ready(self, group, ready: list, width: int) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    @property
+    def _decodes_any_width(self) -> bool:
+        """Whether rows of every width share decoding batches. With key blocks, where the device gives a row the
+        same bits however far its padding reaches (`split_free`), a row decodes at any width of whole key blocks
+        from its own with the bits it gets at its own: every padding block is fully masked and adds exact
+        zeros, and its new tokens start a block of their own. So there rows decode at the widest one's width,
+        and few prompts of many lengths still fill the batches."""
+        return self.key_blocks and self.split_free
+
+    def _decode_ready(self, group, ready: list, widths: List[int]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+        width = max(widths[i] for i, _, _ in ready)
         new = self._decode_rows_greedy([len(group[i][1]) for i, _, _ in ready], [h for _, h, _ in ready],
                                        [c for _, _, c in ready], width, group[0][0].max_new_tokens)
         for (i, _, _), tokens in zip(ready, new):
@@ -443,20 +463,20 @@ class LocalModel(ModelAPI):
 
     def _decode_rows_greedy(self, lengths: List[int], hidden: list, caches: list, width: int, max_new: int
                             ) -> List[List[int]]:
-        """Greedy decoding of rows whose caches are `width` wide (row r's prompt in its first lengths[r] slots,
-        padding after), from each prompt's last hidden state, in one batch of exactly `_decode_rows` rows
-        (filled up with copies of the first): every step is one shape, each row's new token at slot width + s,
-        its positions continuing its own prompt, its padding masked."""
+        """Greedy decoding of rows whose caches are up to `width` wide (row r's prompt in its first lengths[r]
+        slots, padding after, the cache right-padded to `width`), from each prompt's last hidden state, in one
+        batch of exactly `_decode_rows` rows (filled up with copies of the first): every step is one shape, each
+        row's new token at slot width + s, its positions continuing its own prompt, its padding masked."""
         torch = self.torch
         n, fill = len(lengths), self._decode_rows - len(lengths)
         lengths, hidden, caches = lengths + lengths[:1] * fill, hidden + hidden[:1] * fill, caches + caches[:1] * fill
-        cache = _stack_left_padded(caches, width)
+        cache = _stack_padded(caches, width, right=True)
         mask = torch.zeros(len(lengths), width + max_new, dtype=torch.long, device=self.device)
         for r, length in enumerate(lengths):
             mask[r, :length] = 1
         positions = torch.tensor(lengths, device=self.device)[:, None]
         stops, new, done = set(self._stop_ids), [[] for _ in range(n)], [False] * n
-        with torch.inference_mode():
+        with torch.inference_mode(), folded_heads() if self.key_blocks else contextlib.nullcontext():
             token = self.model.get_output_embeddings()(torch.stack(hidden)).argmax(-1)
             for step in range(max_new):
                 for r, t in enumerate(token[:n].tolist()):
@@ -473,8 +493,9 @@ class LocalModel(ModelAPI):
         return new
 
     def _decode_width(self, length: int) -> int:
-        """The width of a prompt's cache for batch-invariant decoding: DECODE_WIDTH steps of whole chunks."""
-        step = -(-DECODE_WIDTH // self.chunk) * self.chunk
+        """The width of a prompt's cache for batch-invariant decoding: with key blocks whole key blocks (see
+        `_decodes_any_width`), else DECODE_WIDTH steps of whole chunks."""
+        step = KEY_BLOCK if self.key_blocks else -(-DECODE_WIDTH // self.chunk) * self.chunk
         return -(-length // step) * step
 
     @property
@@ -484,7 +505,7 @@ class LocalModel(ModelAPI):
     def _generation_cache(self, batch: List[Tuple[GenerateRequest, List[int]]], width: int):
         """The KV cache a batch decodes on: each prompt but its last token, left-padded to the batch."""
         if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
-            return _stack_left_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
+            return _stack_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)
         return None
 
     def _prompt_cache(self, tokens: List[int]):
@@ -718,7 +739,7 @@ class LocalModel(ModelAPI):
     def _stacked(self, caches: List[object]):
         """One batch cache from row caches of one length: a new cache object (a forward extends the one it is
         given, and these rows' caches are read again)."""
-        return _clone_cache(caches[0]) if len(caches) == 1 else _stack_left_padded(caches, caches[0].get_seq_length())
+        return _clone_cache(caches[0]) if len(caches) == 1 else _stack_padded(caches, caches[0].get_seq_length())
 
     def _forward_rows(self, ids: List[List[int]], cache):
         """The model's output over rows of equal length, in one batch on `cache` (one row per prompt)."""
@@ -770,7 +791,7 @@ class LocalModel(ModelAPI):
         same = True
         for n, t in ((3, tails[0]), (2, tails[1]), (3, tails[2])):
             batch = self._forward_rows([r[self.chunk:self.chunk + t] for r in rows[:n]],
-                                       _stack_left_padded([_row_cache(together, r) for r in range(n)], self.chunk))
+                                       _stack_padded([_row_cache(together, r) for r in range(n)], self.chunk))
             for r in range(n):
                 own = self._forward_rows([rows[r][self.chunk:self.chunk + t]], _clone_cache(alone[r]))
                 same = same and torch.equal(own.last_hidden_state[0], batch.last_hidden_state[r])
@@ -1052,16 +1073,17 @@ def _clone_cache(cache, batch: int = 1):
     return twin
 
 
-def _stack_left_padded(caches: List[object], width: int):
-    """One batch cache from single-row caches of different lengths: each row left-padded with zeros to
-    `width` positions (the attention mask hides them), rows stacked in order."""
+def _stack_padded(caches: List[object], width: int, right: bool = False):
+    """One batch cache from single-row caches of up to `width` positions: each row padded with zeros to `width`
+    on the left (or the right), where the attention mask hides them; rows stacked in order."""
     import torch
 
     batch = _clone_cache(caches[0])
     for k, layer in enumerate(batch.layers):
         def stacked(name):
             rows = [getattr(c.layers[k], name) for c in caches]
-            return torch.cat([torch.nn.functional.pad(t, (0, 0, width - t.shape[-2], 0)) for t in rows], dim=0)
+            return torch.cat([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2]) if right
+                                                      else (0, 0, width - t.shape[-2], 0)) for t in rows], dim=0)
         layer.keys, layer.values = stacked("keys"), stacked("values")
     return batch
 
