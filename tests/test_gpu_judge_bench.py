@@ -24,6 +24,7 @@ def test_the_gpu_bench_prints_its_table_on_a_cpu_with_the_tiny_shape():
     for path in paths[:-1]:  # every measured path: a positive time per judgement and a summary rate
         ms, rate = float(cells[path][0]), float(cells[path][1])
         assert ms > 0 and rate > 0
-    # the default (batch-invariant) path judges the prompts split in two, on an empty cache, to the bit
+    # the default (batch-invariant) path judges the prompts, and writes the summaries, split in two on an empty
+    # cache, to the bit
     n = int(proc.stdout.split(" judge prompts")[0].split()[-1])
-    assert cells[paths[0]][3] == f"{n}/{n}"
+    assert cells[paths[0]][3] == f"{n}/{n}; 2/2"
