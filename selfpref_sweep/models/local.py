@@ -247,7 +247,8 @@ class LocalModel(ModelAPI):
         chunk = cls.invariant_chunk(cfg)
         rows = cls.invariant_rows(cfg) if chunk else 0
         decode = rows or int(option(cfg, "generate_batch", 8))
-        # with key blocks, summaries decode at widths of whole key blocks ("w512"), elsewhere of DECODE_WIDTH
+        # with key blocks, summaries decode at widths of whole key blocks, query heads folded ("w512"; see
+        # `_decodes_any_width`, key_blocks.folded_heads); elsewhere at widths of DECODE_WIDTH
         fill, width = (f"x{rows}", "") if rows else (f"k{KEY_BLOCK}", f"w{KEY_BLOCK}")
         schedule = f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}{width}" if chunk else ""
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
