@@ -427,14 +427,15 @@ class LocalModel(ModelAPI):
         changes a row's bits (every batch is filled to the same row count)."""
         prompts = [ids for _, ids in group]
         widths = [self._decode_width(len(p)) for p in prompts]
-        extras = [[] if self._decodes_any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths)]
+        any_width = self._decodes_any_width
+        extras = [[] if any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths)]
         pending: Dict[int, list] = {}
         for rows, out, cache in self._invariant_runs(prompts, extras):
             for r, i in enumerate(rows):
-                key = 0 if self._decodes_any_width else widths[i]
+                key = 0 if any_width else widths[i]
                 ready = pending.setdefault(key, [])
-                # the row's cache cut to its width: a forward's query width may have padded it further
-                cut = min(widths[i], len(prompts[i]) + len(extras[i]))
+                # the row's cache cut to its prompt (its width): a forward's query width may have padded it further
+                cut = len(prompts[i]) if any_width else widths[i]
                 ready.append((i, out.last_hidden_state[r, self._tail_last(prompts[i])].clone(),
                               _rows_copy(_row_cache(cache, r, cut), 0, 1)))
                 if len(ready) == self._decode_rows:
