@@ -215,7 +215,7 @@ def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
         backend.prefix_lru.clear()
         again = {r.cache_key(): d.probs for part in (judge_reqs[1::2], judge_reqs[0::2])
                  for r, d in backend.answer_distributions(part)}
-        same = sum(again[k] == p for k, p in first.items())
+        same = f"{sum(again[k] == p for k, p in first.items())}/{len(judge_reqs)}"
     generated = None
     if gen_reqs:
         start = time.perf_counter()
@@ -226,9 +226,7 @@ def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
             backend.prefix_lru.clear()
             again = {r.cache_key(): g.text for part in (gen_reqs[1::2], gen_reqs[0::2])
                      for r, g in backend.generate(part)}
-            same = f"{same}/{len(judge_reqs)}; {sum(again[k] == g.text for k, g in made.items())}/{len(gen_reqs)}"
-    elif same is not None:
-        same = f"{same}/{len(judge_reqs)}"
+            same += f"; {sum(again[k] == g.text for k, g in made.items())}/{len(gen_reqs)}"
     return judging, generated, same
 
 
