@@ -126,8 +126,8 @@ def test_the_item_list_is_declarative_and_complete() -> None:
     # The W&B report holds the regression tables (and the label comparison where the design has it), and the
     # judge controls' verdicts, which say which of those results mean something.
     assert [i.name for i in items if i.to_wandb == R.REPORT_TABLE] == [
-        "label_comparison", "regression_units", "regression_resampled", "regression_robustness", "specificity",
-        "interaction", "judge_controls"]
+        "label_comparison", "regression_units", "regression_resampled", "paper_trend", "regression_robustness",
+        "specificity", "interaction", "judge_controls"]
     everything = R.Design(label_pairs=False, max_condition_units=0, finetuned=True, diffs=True, trends=True,
                           logodds_cells=True, measured=frozenset({"familiarity"}))
     assert R.plot_stems(everything) == {"preference_vs_recognition", "finetune_vs_base", "heatmap_recognition",

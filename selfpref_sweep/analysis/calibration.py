@@ -38,7 +38,7 @@ import json
 from importlib import resources
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from .fit import GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN
+from .fit import BY_EVALUATOR, GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS
 
 POOLED = GROUPINGS[0][0]  # "setting × label": every dataset (or transfer condition) of a condition together
@@ -153,8 +153,9 @@ def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[s
 
 def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
     """Whether a row of grouping ``group_by`` pools several datasets (or transfer conditions): the pooled
-    grouping, in a sweep that also has per-dataset rows (with one dataset they are the same points)."""
-    return group_by == POOLED and any(g != POOLED for g in groupings)
+    grouping (or one base evaluator's, fit.BY_EVALUATOR), in a sweep that also has per-dataset rows (with one
+    dataset they are the same points)."""
+    return group_by in (POOLED, BY_EVALUATOR) and any(g not in (POOLED, BY_EVALUATOR) for g in groupings)
 
 
 def scoring_rows(what: str, level: str, method: str, pooled: bool,

@@ -15,6 +15,7 @@ from .arms import arm_deltas
 from .fit import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult,
                   fit_interactions, fit_paper_units, fit_robustness, fit_specificities)
 from .paired import TrendResult, dose_trend, finetune_vs_base
+from .paper_trend import paper_trends
 from .positive_control import positive_control_arms
 from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
@@ -41,6 +42,8 @@ class Estimates:
     arms: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Per positive-control arm, its Δ preference toward the direction it was trained (positive_control.py).
     positive_controls: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # Per base evaluator, the paper's line over its recognition fine-tunes alone (paper_trend.py).
+    paper_trends: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
@@ -63,4 +66,5 @@ def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
         specificity=fit_specificities(fitted_units, points, recognition_tasks, margins, interactions),
         trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
         resampled=article_resample(fitted, recognition_tasks, seed=0), arms=arm_deltas(items),
-        positive_controls=positive_control_arms(items))
+        positive_controls=positive_control_arms(items),
+        paper_trends=paper_trends(fitted_units, fitted, recognition_tasks))

@@ -399,10 +399,25 @@ def _label(key: Any) -> str:
     return " / ".join("null" if k is None or k != k else str(k) for k in key)
 
 
+# Per base evaluator, where several base models have fine-tunes in one condition (the paper's GPT-3.5 and Llama
+# fine-tunes): their lines are fitted apart too, as the paper fits them, beside the condition's pooled fit.
+BY_EVALUATOR = "setting × label × evaluator"
+
+
+def _evaluator_groups(cond: Any, sub: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    if "evaluator" not in sub or "finetune_task" not in sub:
+        return []
+    tuned = sub[sub["finetune_task"].notna() & (sub["finetune_task"].astype(str) != "none")]
+    bases = sorted(tuned["evaluator"].astype(str).unique())
+    if len(bases) < 2:
+        return []
+    return [(BY_EVALUATOR, _label((*cond, e)), sub[sub["evaluator"].astype(str) == e]) for e in bases]
+
+
 def condition_groups(df: pd.DataFrame, within: str = "dataset") -> list[tuple[str, str, pd.DataFrame]]:
     """(grouping name, group label, rows): each setting × label condition, then within it each value of
     ``within`` (dataset, or transfer: in-domain / cross-dataset), only where there are several (one would
-    repeat the condition's group)."""
+    repeat the condition's group), then each base evaluator where several have fine-tunes (BY_EVALUATOR)."""
     if df.empty:
         return []
     df = key_frame(df, [*BY_CONDITION, within])
@@ -412,6 +427,7 @@ def condition_groups(df: pd.DataFrame, within: str = "dataset") -> list[tuple[st
         values = sorted(v for v in sub[within].unique() if not (within == "transfer" and v == "none"))
         if len(values) > 1:
             out += [(f"setting × label × {within}", _label((*cond, v)), sub[sub[within] == v]) for v in values]
+        out += _evaluator_groups(cond, sub)
     return out
 
 

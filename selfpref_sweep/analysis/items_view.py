@@ -18,6 +18,9 @@ from ..records.schema import CellRecord, Item, Verdict, read_cell
 from ..records.sweep_dirs import find_cell_dirs
 
 ITEMS_HTML = "items.html"
+# A static page holds every item of an ordinary sweep; an imported one (the paper's: about 445,000 items) would
+# make a page no browser opens. Past this many, each cell shows its first items (article order), and says so.
+MAX_ITEMS = 50_000
 
 
 def _cell_label(cell: dict[str, Any]) -> str:
@@ -72,26 +75,32 @@ def _item_entry(item: Item, cell_id: int, cell: dict[str, Any], measurements: li
     return entry, article_key
 
 
-def collect_items(sweep_dirs: Iterable[Path]) -> dict[str, Any]:
-    """The page's data: cells, items and article texts (deduplicated) from the sweeps' cell directories."""
+def collect_items(sweep_dirs: Iterable[Path], max_items: int = MAX_ITEMS) -> dict[str, Any]:
+    """The page's data: cells, items and article texts (deduplicated) from the sweeps' cell directories; past
+    ``max_items`` in all, each cell's first max_items / cells items (``capped`` gives the counts)."""
     cells: list[dict[str, Any]] = []
     items: list[dict[str, Any]] = []
     articles: dict[str, str] = {}
     measurements = registered()
-    for sweep in sweep_dirs:
-        sweep = Path(sweep)
-        for cell_dir in find_cell_dirs(sweep):
-            rel = cell_dir.relative_to(sweep).as_posix() if cell_dir != sweep else cell_dir.name
-            record = read_cell(cell_dir)
-            entry = _cell_entry(record, len(cells), rel)
-            cells.append(entry)
-            cell = record.summary.cell if record.summary else {}
-            for item in record.items:
-                shown, article_key = _item_entry(item, entry["id"], cell, measurements)
-                if item.article and article_key not in articles:
-                    articles[article_key] = item.article
-                items.append(shown)
-    return {"cells": cells, "items": items, "articles": articles}
+    dirs = [(Path(sweep), cell_dir) for sweep in sweep_dirs for cell_dir in find_cell_dirs(Path(sweep))]
+    per_cell, total, capped = max(1, max_items // max(1, len(dirs))), 0, False
+    for sweep, cell_dir in dirs:
+        rel = cell_dir.relative_to(sweep).as_posix() if cell_dir != sweep else cell_dir.name
+        record = read_cell(cell_dir, limit=per_cell)
+        entry = _cell_entry(record, len(cells), rel)
+        cells.append(entry)
+        cell = record.summary.cell if record.summary else {}
+        n_items = (record.summary.n_items if record.summary is not None else None) or len(record.items)
+        total, capped = total + n_items, capped or n_items > per_cell
+        for item in record.items:
+            shown, article_key = _item_entry(item, entry["id"], cell, measurements)
+            if item.article and article_key not in articles:
+                articles[article_key] = item.article
+            items.append(shown)
+    data: dict[str, Any] = {"cells": cells, "items": items, "articles": articles}
+    if capped:
+        data["capped"] = {"per_cell": per_cell, "shown": len(items), "total": total}
+    return data
 
 
 def _json_for_script(data: Any) -> str:
@@ -221,6 +230,9 @@ def render_items_html(data: dict[str, Any], title: str = "Items behind the sweep
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        (f"<p><b>Showing {n_items} of {data['capped']['total']} items: each cell's first "
+         f"{data['capped']['per_cell']} (by article). Every item is in its cell's results.jsonl.</b></p>"
+         if data.get("capped") else ""),
         f"<p>{n_items} judged items in {n_cells} cells. Scores are P(own summary) averaged over the two "
         "presentation orders (pairwise) or own / (own + other) (individual); 0.5 = no bias. The answer mass is "
         "the probability the evaluator put on the valid answers. "

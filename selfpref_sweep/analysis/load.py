@@ -197,6 +197,7 @@ def _coordinates(cell: dict[str, Any]) -> dict[str, Any]:
 def _cell_row(summary: CellSummary, cell_id: str, cell_dir: Path, sweep: str) -> dict[str, Any]:
     row: dict[str, Any] = {"cell_id": cell_id, "sweep": sweep, "path": str(cell_dir), **_coordinates(summary.cell)}
     row["own_summaries"] = _own_summaries(summary)
+    row["imported"] = str(summary.block("imported").get("format") or "")  # judgements made elsewhere (imports/)
     row["evaluator_variant"] = evaluator_variant(row)
     row["is_finetuned"] = row["finetune_task"] not in (None, "none")
     ft = summary.block("finetune")
@@ -263,7 +264,7 @@ def cell_columns() -> tuple[str, ...]:
             + _METRIC_COLS
             + _QUALITY_COLS
             + tuple(c for m in registered() for c in m.cell_column_names)
-            + ("pc_recognition", "pc_preference", "exclusions", "overrides"))
+            + ("pc_recognition", "pc_preference", "exclusions", "imported", "overrides"))
 
 
 # Cell attributes copied onto every item row, for grouping and clustering.

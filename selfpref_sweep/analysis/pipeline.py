@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..measurements.competence import competence_report
 from ..records.schema import ANALYSIS_ERROR_FILE
+from . import length_control as LC
 from . import report_items as R
 from . import sources as S
 from . import tables as T
@@ -70,6 +71,8 @@ class AnalysisResult:
     recognition_tasks: tuple[str, ...] = RECOGNITION_TASKS
     # Label conditions against the unlabelled prompt on the same items (paired.label_vs_reference).
     labels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LABEL_COLUMNS))
+    # Per paper unit and scale, the self-preference with the length difference regressed out (length_control.py).
+    length_control: pd.DataFrame = field(default_factory=LC.empty_frame)
     wandb_status: str = ""
     files: list[Path] = field(default_factory=list)
 
@@ -204,7 +207,7 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
     files = []
     fixed = dict(_FIXED_KEYS)
     measured_files, measured_sections = {}, {}
-    for _, mod in R.measurement_reports():  # each measurement's own files and regressions.json sections
+    for mod in R.data_modules():  # each measurement's (and the length control's) files and regressions.json sections
         for name, (frame, keys) in (mod.data_files(result) if hasattr(mod, "data_files") else {}).items():
             measured_files[name], fixed[name] = frame, keys
         for name, (records, keys) in (mod.json_sections(result) if hasattr(mod, "json_sections") else {}).items():
@@ -227,6 +230,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         frames["label_comparison.csv"] = result.labels
     if result.design is not None and result.design.positive_control:
         frames["positive_control.csv"] = result.positive_controls
+    if result.design is not None and result.design.paper_trend:
+        frames["paper_trend.csv"] = result.est.paper_trends
     if result.design is not None and result.design.per_source:
         frames[f"{S.NAME}.csv"] = S.per_source_frame(result.data.cells, result.data.items)
     # Machine keys beside the display labels (tables.MACHINE_KEYS); a row's level where its file fixes it.
@@ -245,6 +250,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         **measured_sections,
         "problems": result.data.problems_df.to_dict(orient="records"),
     }
+    if "paper_trend.csv" in frames:
+        payload["paper_trend"] = result.est.paper_trends.to_dict(orient="records")
     if "label_comparison.csv" in frames:
         payload["label_comparison"] = result.labels.to_dict(orient="records")
     payload = {section: [T.keyed_record(r, groups, **fixed.get(section, {})) for r in records]
@@ -330,13 +337,14 @@ def run_analysis(
 
 def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequence[str]) -> AnalysisResult:
     """The result: the estimates, the design, the figures its report items show and every item's table."""
-    design = R.design_of(data, est.units, est.diffs, est.trends, est.arms)
+    design = R.design_of(data, est.units, est.diffs, est.trends, est.arms, est.paper_trends)
     plots = make_plots(data.cells, est.units, est.unit_fits, out / ANALYSIS_SUBDIR, est.diffs,
                        only=R.plot_stems(design), extra=R.measurement_plots())
     result = AnalysisResult(
         out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, est=est,
         design=design, plots=plots, recognition_tasks=tuple(recognition_tasks),
         labels=label_vs_reference(data.items) if design.label_pairs else pd.DataFrame(columns=LABEL_COLUMNS),
+        length_control=LC.length_controlled(data.items) if design.length_control else LC.empty_frame(),
     )
     result.tables = R.build_tables(result)
     return result

@@ -169,6 +169,8 @@ class Design:
     measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
     replicated: bool = False  # some fine-tuned arm has several adapters (seeds): arms.py pools them
     positive_control: bool = False  # some arm is a positive control (config.POSITIVE_CONTROL_TASKS)
+    paper_trend: bool = False  # some base evaluator has a line of recognition fine-tunes (paper_trend.py)
+    length_control: bool = False  # some preference-scored item has both summaries' word counts (length_control.py)
 
     @property
     def headline(self) -> bool:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..measurements import Measurement, flag, registered
 from . import judge_controls as J
+from . import length_control as LC
 from . import sources as S
 from . import tables as T
 from .estimates import POSITIVE_CONTROLS
@@ -45,6 +46,12 @@ def measurement_reports() -> list[tuple[Measurement, ModuleType]]:
     return [(m, mod) for m in registered() if (mod := report_module(m)) is not None]
 
 
+def data_modules() -> list[ModuleType]:
+    """The modules whose own data files and regressions.json sections the analysis writes (``data_files`` and
+    ``json_sections`` of the result): each measurement's report module, and the core's length control."""
+    return [mod for _, mod in measurement_reports()] + [LC]
+
+
 def measurement_plots() -> dict[str, Any]:
     """Every measurement's figures: stem -> draw(cells, path)."""
     return {stem: draw for _, mod in measurement_reports() for stem, draw in getattr(mod, "PLOTS", {}).items()}
@@ -59,7 +66,7 @@ def recorded(m: Measurement, mod: Optional[ModuleType], cells: pd.DataFrame) -> 
 
 
 def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any],
-              arms: Optional[pd.DataFrame] = None) -> Design:
+              arms: Optional[pd.DataFrame] = None, paper_trends: Optional[pd.DataFrame] = None) -> Design:
     cells = data.cells
     per_condition = units.groupby(list(BY_CONDITION)).size() if not units.empty else pd.Series(dtype=int)
     return Design(
@@ -72,6 +79,8 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
                               and arms["finetune_task"].astype(str).isin(POSITIVE_CONTROLS).any()),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
         per_source=S.has_sources(cells),
+        length_control=LC.has_word_counts(data.items),
+        paper_trend=bool(paper_trends is not None and not paper_trends.empty),
         measured=frozenset(m.name for m in registered() if recorded(m, report_module(m), cells)),
     )
 
@@ -156,6 +165,9 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
                method_text("resampled"), lambda r: T.resampled_table(r.resampled, r.replicated),
                applies=lambda d: d.headline,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.resampled),
+    ReportItem("paper_trend", "The paper's fine-tune trend, per base evaluator", method_text("paper_trend"),
+               lambda r: T.paper_trend_table(r.est.paper_trends), applies=lambda d: d.paper_trend,
+               to_wandb=REPORT_TABLE),
     ReportItem("regression_robustness", "Robustness: source-level and item-level fits", method_text("robustness"),
                lambda r: T.regression_table(r.robustness_fits, r.replicated), to_wandb=REPORT_TABLE,
                fitted=lambda r: r.robustness_fits),
@@ -180,6 +192,7 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
                fitted=lambda r: r.trends),
     ReportItem(J.NAME, J.SECTION, J.TEXT, lambda r: J.judge_controls_table(r.data.cells),
                applies=J.applies, to_wandb=REPORT_TABLE),
+    ReportItem(LC.NAME, LC.SECTION, LC.text, LC.table, applies=lambda d: d.length_control),
     ReportItem(S.NAME, S.SECTION, lambda r: S.per_source_text(r.data.cells),
                lambda r: S.per_source_table(r.data.cells, r.data.items), applies=lambda d: d.per_source),
     ReportItem("heatmaps", "Evaluator × source heatmaps", plots=("heatmap_recognition", "heatmap_preference"),

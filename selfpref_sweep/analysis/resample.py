@@ -155,7 +155,7 @@ class _Sweep:
 
 
 def _prepare(items: pd.DataFrame) -> _Sweep:
-    attrs = [*UNIT_KEYS, "source", "finetune_task", "transfer"]
+    attrs = [*UNIT_KEYS, "source", "finetune_task", "transfer", "evaluator"]
     all_items = key_frame(items, [*UNIT_KEYS, "source"])
     cells = all_items.groupby("cell_id", sort=True)[[c for c in attrs if c in all_items]].first().reset_index()
     kept, _ = kept_items(all_items)
@@ -177,7 +177,8 @@ def _prepare(items: pd.DataFrame) -> _Sweep:
             sums[(q, scale)] = s
     cell_articles = [np.flatnonzero(row) for row in (counts["paper"] + counts["logodds"]) > 0]
     unit_rows = cells.groupby(list(UNIT_KEYS), sort=True)
-    units = unit_rows.first().reset_index()[[*UNIT_KEYS, "finetune_task", "transfer"]]
+    units = unit_rows.first().reset_index()[[*UNIT_KEYS, *(c for c in ("finetune_task", "transfer", "evaluator")
+                                                          if c in cells)]]
     units["_cells"] = [np.asarray(ix) for ix in unit_rows.indices.values()]
     return _Sweep(cells, units, articles, cell_articles, sums, counts)
 

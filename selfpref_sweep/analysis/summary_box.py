@@ -35,10 +35,17 @@ def _values(cells: pd.DataFrame, column: str) -> str:
     return ", ".join(vals) if vals else "—"
 
 
+def _imported(cells: pd.DataFrame) -> list[str]:
+    return sorted({str(v) for v in cells["imported"].dropna() if str(v)}) if "imported" in cells else []
+
+
 def _what_was_run(cells: pd.DataFrame) -> str:
     articles = sorted({int(n) for n in cells["n_articles"].dropna()})
     span = (f"{articles[0]}" if len(articles) == 1 else f"{articles[0]}-{articles[-1]}") if articles else "?"
-    return (f"{len(cells)} complete cell(s), {span} article(s) each. Judges: {_values(cells, 'evaluator_variant')}; "
+    formats = _imported(cells)
+    head = (f"Imported judgements ({', '.join(formats)}: made elsewhere, no model was called here; each cell's "
+            f"warnings name the defects of its data). " if formats else "")
+    return head + (f"{len(cells)} complete cell(s), {span} article(s) each. Judges: {_values(cells, 'evaluator_variant')}; "
             f"other sources: {_values(cells, 'source')}; datasets: {_values(cells, 'dataset')}; settings: "
             f"{_values(cells, 'setting')}; label conditions: {_values(cells, 'label')}.")
 
@@ -62,8 +69,33 @@ def _numbers(result: AnalysisResult, cells: pd.DataFrame) -> str:
         text = " ".join(f"{q.capitalize()}: the CI lies above 0.5 in {_count(cells, p, 'above 0.5')}, below in "
                         f"{_count(cells, p, 'below 0.5')} and includes 0.5 in {_count(cells, p, 'includes 0.5')} of "
                         f"{len(cells)} cells." for q, p in QUESTIONS)
-    fit = _headline_fit(result)
+    fit = " ".join(x for x in (_headline_fit(result), _trend_numbers(result)) if x)
     return text + (f" {fit}" if fit else "")
+
+
+def _trends(result: AnalysisResult) -> pd.DataFrame:
+    trends = result.est.paper_trends if result.est is not None else pd.DataFrame()
+    return trends[trends["transfer"] == "all"] if not trends.empty else trends
+
+
+def _trend_numbers(result: AnalysisResult) -> str:
+    """The paper's fine-tune trend per base evaluator (paper_trend.py): its statistic and the corrected slope."""
+    return " ".join(
+        f"The paper's fine-tune trend for {t.evaluator} ({t.setting} / {t.label}, {t.n_points} recognition fine-tune "
+        f"points): slope {fmt(t.slope)}, r {fmt(t.r)} (the paper's statistic); corrected slope "
+        f"{fmt(t.corrected_slope)} (95% CI {fmt_ci(t.corrected_ci_low, t.corrected_ci_high)})."
+        for t in _trends(result).itertuples())
+
+
+def _trend_readings(result: AnalysisResult) -> list[str]:
+    out = []
+    for t in _trends(result).itertuples():
+        where = f"{t.evaluator}'s recognition fine-tunes ({t.setting} / {t.label})"
+        if pd.notna(t.corrected_ci_low) and t.corrected_ci_low > 0:
+            out.append(f"Across {where}, preference rises with recognition (corrected slope CI above 0).")
+        elif pd.notna(t.corrected_ci_high) and t.corrected_ci_high < 0:
+            out.append(f"Across {where}, preference falls as recognition rises (corrected slope CI below 0).")
+    return out
 
 
 def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
@@ -97,6 +129,7 @@ def _can(result: AnalysisResult, cells: pd.DataFrame) -> str:
                           if q == "recognition" else ("prefers its own summary", "prefers the other source's"))
             out.append(f"{q.capitalize()}: in {above} cell(s) the judge {own} (95% CI above 0.5), and in {below} it "
                        f"{other} (CI below 0.5), beyond article-sampling noise.")
+    out += _trend_readings(result)
     for f in (f for f in result.headline_fits() if f.ok and not f.no_interval):
         if f.slope_ci_low > 0:
             out.append(f"Across the {f.n} paper units of {f.group}, preference rises with recognition (slope CI "
@@ -131,5 +164,9 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
     elif result.design is not None and result.design.finetuned:
         out.append("Training randomness enters the per-arm Δs only through the spread of each arm's few adapters "
                    "(seeds), a rough estimate; arms with one adapter do not cover it.")
+    if _imported(cells):
+        out.append("Anything the imported data did not keep: where only a stored score survives (the paper's GPT rows), "
+                   "it cannot be renormalised and has no log-odds; rows the other tool dropped are counted as "
+                   "exclusions, but why they were dropped may bias what is left.")
     out.append("Intervals are over this sweep's articles and cells; other articles, judges or prompts may differ.")
     return " ".join(out)

@@ -17,7 +17,7 @@ from scipy import stats
 from ..stats.classifier_metrics import wilson
 from .calibration import calibration_label, pooled_over_datasets
 from .fit import (
-    ALPHA, BY_CONDITION, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
+    ALPHA, BY_CONDITION, BY_EVALUATOR, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
     InteractionResult, SpecificityResult, condition_groups,
 )
 from .paired import TrendResult
@@ -632,8 +632,9 @@ def group_keys(*frames: pd.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
                 continue
             for name, label, sub in condition_groups(frame, within=within):
                 first = sub.iloc[0]
-                by = (*BY_CONDITION, within) if name != GROUPINGS[0][0] else BY_CONDITION
-                out[(name, label)] = {k: (first[k] if k in by else None) for k in GROUP_KEYS}
+                by = {GROUPINGS[0][0]: BY_CONDITION, BY_EVALUATOR: (*BY_CONDITION, "evaluator")}.get(
+                    name, (*BY_CONDITION, within))
+                out[(name, label)] = {k: (first[k] if k in by else None) for k in (*GROUP_KEYS, "evaluator")}
     return out
 
 
@@ -643,7 +644,7 @@ def keyed_record(record: dict[str, Any], groups: dict[tuple[str, str], dict[str,
     group_keys), its method's key, else ``fixed`` (e.g. level) or None. Existing values are kept."""
     out = dict(record)
     found = groups.get((record.get("group_by"), record.get("group")), {})
-    for key in GROUP_KEYS:
+    for key in (*GROUP_KEYS, "evaluator"):
         out.setdefault(key, found.get(key, fixed.get(key)))
     if "method" in record:
         out.setdefault("method_key", METHOD_KEYS.get(record["method"]))
@@ -685,3 +686,31 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
         df["finetune_hyperparameters"] = df["finetune_hyperparameters"].map(
             lambda d: "; ".join(f"{k}={v}" for k, v in sorted((d or {}).items())))
     return df.replace({np.nan: None})
+
+
+def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
+    """The paper's fine-tune trend per base evaluator (paper_trend.py): the paper's statistic and, for all the
+    recognition fine-tunes together, the corrected slope, whose interval carries the reading."""
+    cols = ["setting", "label", "base evaluator", "fine-tunes evaluated", "n points", "slope (paper's OLS) [95% CI]",
+            "r [95% CI]", "corrected slope [95% CI]", "p", "reading"]
+    rows = []
+    for _, t in trends.iterrows():
+        corrected = "" if t["transfer"] != "all" else (
+            f"{fmt(t['corrected_slope'])} {fmt_ci(t['corrected_ci_low'], t['corrected_ci_high'], why=t['corrected_note'])}")
+        if t["transfer"] != "all":
+            reading = "(the paper's statistic only)"
+        elif pd.notna(t["corrected_ci_low"]) and t["corrected_ci_low"] > 0:
+            reading = "preference rises with recognition across the fine-tunes (corrected CI above 0)"
+        elif pd.notna(t["corrected_ci_high"]) and t["corrected_ci_high"] < 0:
+            reading = "preference falls as recognition rises (corrected CI below 0)"
+        elif pd.notna(t["corrected_ci_low"]):
+            reading = "not shown to rise or fall (corrected CI includes 0)"
+        else:
+            reading = "no corrected interval: cannot say"
+        rows.append([t["setting"], t["label"], t["evaluator"],
+                     {"all": "in-domain and transfer", "in_domain": "in-domain",
+                      "cross_dataset": "transfer"}.get(t["transfer"], t["transfer"]), int(t["n_points"]),
+                     f"{fmt(t['slope'])} {fmt_ci(t['slope_ci_low'], t['slope_ci_high'])}",
+                     f"{fmt(t['r'])} {fmt_ci(t['r_ci_low'], t['r_ci_high'])}", corrected,
+                     fmt(t["corrected_p"]) if t["transfer"] == "all" else "", reading])
+    return pd.DataFrame(rows, columns=cols)

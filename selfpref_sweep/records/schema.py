@@ -428,13 +428,15 @@ def read_summary(cell_dir: Path) -> Tuple[Optional[CellSummary], str]:
     return CellSummary.from_json(data), ""
 
 
-def read_items(path: Path) -> Tuple[List[Item], int]:
-    """The items of a results.jsonl and how many of its lines could not be parsed (not JSON, not an object,
-    no article id). Raises OSError when the file cannot be read."""
+def read_items(path: Path, limit: Optional[int] = None) -> Tuple[List[Item], int]:
+    """The items of a results.jsonl (the first ``limit`` lines' when given) and how many of its lines could not
+    be parsed (not JSON, not an object, no article id). Raises OSError when the file cannot be read."""
     items: List[Item] = []
     bad = 0
     with Path(path).open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
+            if limit is not None and len(items) + bad >= limit:
+                break
             line = line.strip()
             if not line:
                 continue
@@ -450,9 +452,10 @@ def read_items(path: Path) -> Tuple[List[Item], int]:
     return items, bad
 
 
-def read_cell(cell_dir: str | Path, items: bool = True) -> CellRecord:
+def read_cell(cell_dir: str | Path, items: bool = True, limit: Optional[int] = None) -> CellRecord:
     """Everything a cell directory holds, read once, never raising for a damaged file (the problem is named
-    instead). `items=False` skips results.jsonl (a reader that needs only the summary)."""
+    instead). `items=False` skips results.jsonl (a reader that needs only the summary); `limit` reads only its
+    first lines (a viewer of a large sweep)."""
     cell_dir = Path(cell_dir)
     summary, problem = read_summary(cell_dir)
     record = CellRecord(cell_dir, summary, problem, (cell_dir / SUMMARY_FILE).is_file(), error=read_error(cell_dir))
@@ -460,7 +463,7 @@ def read_cell(cell_dir: str | Path, items: bool = True) -> CellRecord:
     record.has_results = results.is_file()
     if items and record.has_results:
         try:
-            record.items, record.bad_lines = read_items(results)
+            record.items, record.bad_lines = read_items(results, limit)
         except OSError as exc:
             record.results_problem = f"unreadable {RESULTS_FILE} ({exc})"
     return record
