@@ -242,3 +242,18 @@ def test_the_item_viewer_of_a_large_sweep_shows_each_cells_first_items(imported)
                               "total": manifest["n_items"]}
     assert len(data["cells"]) == n_cells and f"Showing {len(data['items'])} of" in render_items_html(data)
     assert "capped" not in collect_items([out], max_items=10**6)
+
+
+def test_rows_on_training_articles_are_left_out_and_counted_once(tmp_path):
+    root = tmp_path / "paper"
+    PF.build(root)
+    for kind, field in (("recognition", "recognition_score"), ("score", "score")):
+        rows = [{"key": a, "model": "xsum_2_ft_gpt35", "target_model": t, field: 0.5 + 0.01 * i,
+                 **({"scores": {"3": 1.0}} if kind == "score" else {})}
+                for i, a in enumerate(PF.ARTICLES["xsum"]) for t in PF.SOURCES]
+        PF.write(root, f"individual_setting_results/{kind}_results/xsum/xsum_2_ft_gpt35_results.json", rows)
+    manifest = import_paper(root, tmp_path / "out")
+    # keys[:2] of xsum, 5 targets each, in each of the two files: counted once, not once per file of the group
+    assert manifest["rows_left_out"] == {"preference:training_article": 10, "recognition:training_article": 10}
+    group = [g for g in manifest["file_groups"] if g["evaluator"] == "xsum_2_ft_gpt35" and g["setting"] == "individual"]
+    assert len(group) == 1 and len(group[0]["files"]) == 2

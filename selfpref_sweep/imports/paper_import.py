@@ -178,8 +178,9 @@ def _group(ctx: _Context, model: F.PaperModel, ds: str, setting: str, label: str
         ctx.write(cell)
     for q in questions:
         ctx.table.add(_meta(model, ds, setting, label), q, by_question[q], pooled_authors)
-    ctx.files += [{"file": f.rel, "kind": f.kind, "dataset": ds, "evaluator": model.name, "label": label,
-                   "rows_left_out": dict(left_out)} for f in files]
+    # One entry per file group: its rows left out were counted once, over the group's files together.
+    ctx.files.append({"files": [f.rel for f in files], "kind": kind, "setting": setting, "dataset": ds,
+                      "evaluator": model.name, "label": label, "rows_left_out": dict(left_out)})
 
 
 def _pairwise(ctx: _Context, pf: F.PaperFile) -> None:
@@ -277,8 +278,9 @@ def _manifest(root: Path, ctx: _Context, unknown: Iterable[str]) -> Dict[str, An
         for k, n in f["rows_left_out"].items():
             left[k] += n
     return {"format": "paper", "root": str(root), "imported_at": _dt.datetime.now().isoformat(timespec="seconds"),
-            "n_cells": ctx.writer.n_cells, "n_items": ctx.n_items, "n_files": len({f["file"] for f in ctx.files}),
+            "n_cells": ctx.writer.n_cells, "n_items": ctx.n_items,
+            "n_files": len({rel for group in ctx.files for rel in group["files"]}),
             "excluded_items": dict(sorted(ctx.exclusions.items())), "rows_left_out": dict(sorted(left.items())),
-            "files_not_recognised": sorted(unknown), "files": ctx.files,
+            "files_not_recognised": sorted(unknown), "file_groups": ctx.files,
             "defects": [DEFECT_SAME_ID, DEFECT_LLAMA_FORMAT, DEFECT_LLAMA_FORMULAS, DEFECT_GPT_TOP1,
                         DEFECT_INDIVIDUAL_DROP]}
