@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from ..cell.scoring import individual_verdict, pair_verdict, unjudged_verdict
+from ..cell.scoring import individual_reading, individual_verdict, pair_verdict, score_order, unjudged_verdict
+from ..models.base import AnswerDistribution
 from ..records.schema import OrderReading, SummaryReading, Verdict
 
 METHOD = "imported"
@@ -49,12 +50,8 @@ def probabilities(raw: Any, answers) -> Optional[Dict[str, float]]:
 
 
 def order_reading(probs: Mapping[str, float], own_position: int) -> OrderReading:
-    """One order read as the cell reads it (scoring.score_order's rule)."""
-    p = [float(probs.get(a, 0.0)) for a in PAIR_ANSWERS]
-    mass = p[0] + p[1]
-    chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderReading(dict(zip(PAIR_ANSWERS, p)), mass, p[own_position - 1] / mass if mass > 0 else None,
-                        own_position, chosen, METHOD)
+    """One order read as the cell reads it (scoring.score_order)."""
+    return score_order(AnswerDistribution(dict(probs), method=METHOD), own_position, PAIR_ANSWERS)
 
 
 def pair_from_probs(forward: Mapping[str, float], backward: Mapping[str, float], stored: Optional[float],
@@ -72,16 +69,10 @@ def stored_pair(stored: float, consistent: Optional[bool] = None, **extra: Any) 
 
 
 def summary_reading(probs: Mapping[str, float], answers) -> SummaryReading:
-    """One summary read as the cell reads it: P(Yes) renormalised over Yes/No, or the expected 1-5 score."""
-    p = [float(probs.get(a, 0.0)) for a in answers]
-    mass = sum(p)
-    if mass <= 0:
-        value = None
-    elif answers == YES_NO:
-        value = p[0] / mass
-    else:
-        value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
-    return SummaryReading(dict(zip(answers, p)), mass, value, METHOD)
+    """One summary read as the cell reads it (scoring.individual_reading): P(Yes) renormalised over Yes/No, or
+    the expected 1-5 score."""
+    question = "recognition" if tuple(answers) == YES_NO else "preference"
+    return individual_reading(AnswerDistribution(dict(probs), method=METHOD), question, tuple(answers))
 
 
 def stored_value(value: float) -> SummaryReading:
