@@ -257,3 +257,14 @@ def test_rows_on_training_articles_are_left_out_and_counted_once(tmp_path):
     assert manifest["rows_left_out"] == {"preference:training_article": 10, "recognition:training_article": 10}
     group = [g for g in manifest["file_groups"] if g["evaluator"] == "xsum_2_ft_gpt35" and g["setting"] == "individual"]
     assert len(group) == 1 and len(group[0]["files"]) == 2
+
+
+def test_a_sources_interval_is_its_cells_own(imported):
+    _, _, out, _ = imported
+    cell = next(d for d in find_cell_dirs(out) if d.parts[-5:] == ("pairwise", "label_none", "paper_cnn", "gpt35",
+                                                                    "paper_claude"))
+    stats = read_cell(cell, items=False).summary.questions["preference"]
+    r = _row(_table(out), evaluator="gpt35", dataset="cnn", setting="pairwise", label="none", question="preference",
+             source="paper_claude")
+    assert (float(r["mean"]), float(r["ci_low"]), float(r["ci_high"])) == pytest.approx(
+        (stats.mean, stats.ci_low, stats.ci_high), rel=1e-12)

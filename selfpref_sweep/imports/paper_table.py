@@ -40,6 +40,7 @@ def _mean(values: Sequence[float]) -> Any:
 
 
 def _ci(est: float, low: float, high: float) -> Tuple[Any, Any, Any]:
+    """The mean and its interval taken on the logit scale (once: as a cell's own); None where there is none."""
     low, high = logit_interval(est, low, high)
     return est, (None if np.isnan(low) else float(low)), (None if np.isnan(high) else float(high))
 
@@ -64,10 +65,8 @@ class TableBuilder:
             row = self._row(meta, question, source, len(scored), len(items) - len(scored), authors,
                             _mean(authors), _reading(verdicts))
             if scored:
-                est, low, high = article_mean_ci([s for _, s in scored], [a for a, _ in scored], CONFIDENCE,
-                                                 bounded=True)
-                row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high) if not np.isnan(low)
-                               else (est, None, None)))
+                est, low, high = article_mean_ci([s for _, s in scored], [a for a, _ in scored], CONFIDENCE)
+                row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high)))
             self.rows.append(row)
             values += [s for _, s in scored]
             articles += [a for a, _ in scored]
@@ -88,8 +87,7 @@ class TableBuilder:
             weights = np.full(len(present), 1.0 / len(present))
             est, low, high, _ = cell_means_t(np.asarray(values, float), codes, np.asarray(articles, dtype=str),
                                              weights, CONFIDENCE)
-            row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high) if not np.isnan(low)
-                           else (est, None, None)))
+            row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high)))
         elif n_scored:
             row["note"] = "a source has no scored item: no pooled reading (never a mean over part of the sources)"
         self.rows.append(row)
