@@ -56,11 +56,11 @@ class Estimate:
 MANY_CLUSTERS = 200
 
 
-def _cluster_rows(codes: np.ndarray, n: int) -> list:
-    """The row numbers of each cluster 0..n-1, in order (one pass, not one comparison per cluster)."""
+def _cluster_order(codes: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows sorted by cluster, and where each cluster 0..n starts in that order (n + 1 bounds): one sort, not
+    one comparison per cluster."""
     order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(n + 1))
-    return [order[bounds[g]:bounds[g + 1]] for g in range(n)]
+    return order, np.searchsorted(codes[order], np.arange(n + 1))
 
 
 class ClusteredOLS:
@@ -74,11 +74,13 @@ class ClusteredOLS:
         self.resid = self.y - self.X @ self.params
         codes, _ = pd.factorize(pd.Series(list(groups)).astype(str))
         self.n_clusters = int(codes.max()) + 1 if codes.size else 0
-        self.many = self._many_clusters(codes)
+        order, bounds = _cluster_order(codes, self.n_clusters)
+        self.many = self._many_clusters(order, bounds[:-1])
         if self.many:
+            self.cov = self._cr1_cov(order, bounds[:-1])
             return
         self._B, self._D, self._C, meat = [], [], [], np.zeros((self.X.shape[1],) * 2)
-        rows = _cluster_rows(codes, self.n_clusters)
+        rows = [order[bounds[g]:bounds[g + 1]] for g in range(self.n_clusters)]
         adjusted = self._adjusted(rows)
         for g in range(self.n_clusters):
             Xg, Bg = self.X[rows[g]], adjusted[g]  # Bg = A_g X_g
@@ -89,20 +91,19 @@ class ClusteredOLS:
             self._C.append(Xg.T @ Bg)
         self.cov = self.M @ meat @ self.M
 
-    def _many_clusters(self, codes: np.ndarray) -> bool:
-        """CR1 with G − 1 df where every regressor lies in MANY_CLUSTERS clusters or more (sets self.cov)."""
+    def _many_clusters(self, order: np.ndarray, starts: np.ndarray) -> bool:
+        """Whether every regressor lies in MANY_CLUSTERS clusters or more: then CR1 with G − 1 df (module doc)."""
         if self.n_clusters < MANY_CLUSTERS:
             return False
-        order = np.argsort(codes, kind="stable")
-        starts = np.searchsorted(codes[order], np.arange(self.n_clusters))
         present = np.add.reduceat((self.X[order] != 0).astype(np.int64), starts, axis=0) > 0
-        if present.sum(axis=0).min() < MANY_CLUSTERS:
-            return False
+        return bool(present.sum(axis=0).min() >= MANY_CLUSTERS)
+
+    def _cr1_cov(self, order: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The CR1 sandwich: the per-cluster scores' outer products, times G/(G−1)·(N−1)/(N−K)."""
         scores = np.add.reduceat(self.X[order] * self.resid[order, None], starts, axis=0)
         n, k, g = self.X.shape[0], self.X.shape[1], self.n_clusters
         factor = g / (g - 1) * (n - 1) / max(n - k, 1)
-        self.cov = factor * self.M @ (scores.T @ scores) @ self.M
-        return True
+        return factor * self.M @ (scores.T @ scores) @ self.M
 
     def _adjusted(self, rows: list) -> list:
         """A_g X_g for every cluster g, A_g = (I - H_gg)^(-1/2): clusters of one size in one batched eigh (many
