@@ -32,6 +32,19 @@ def _recognition_units(units: pd.DataFrame, recognition_tasks: Sequence[str]) ->
     return rec[rec["rec_paper_mean"].notna() & rec["pref_paper_mean"].notna()]
 
 
+RISES, FALLS, NOT_SHOWN, NO_INTERVAL = "rises", "falls", "not shown", "no interval"
+
+
+def direction(corrected_ci_low: float, corrected_ci_high: float) -> str:
+    """What the corrected slope's 95% interval says: preference RISES or FALLS with recognition (the interval
+    clear of 0), NOT_SHOWN to do either (it includes 0), or NO_INTERVAL."""
+    if pd.notna(corrected_ci_low) and corrected_ci_low > 0:
+        return RISES
+    if pd.notna(corrected_ci_high) and corrected_ci_high < 0:
+        return FALLS
+    return NOT_SHOWN if pd.notna(corrected_ci_low) else NO_INTERVAL
+
+
 def applies(units: pd.DataFrame, recognition_tasks: Sequence[str] = RECOGNITION_TASKS) -> bool:
     """Some base evaluator has a line's worth of recognition fine-tune units in one condition."""
     rec = _recognition_units(units, recognition_tasks)

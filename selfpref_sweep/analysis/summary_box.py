@@ -12,6 +12,7 @@ from typing import List, Tuple
 import pandas as pd
 
 from ..measurements.competence import competence_report
+from . import paper_trend
 from .fit import MIN_POINTS
 from .report import AnalysisResult
 from .tables import fmt, fmt_ci
@@ -91,9 +92,10 @@ def _trend_readings(result: AnalysisResult) -> list[str]:
     out = []
     for t in _trends(result).itertuples():
         where = f"{t.evaluator}'s recognition fine-tunes ({t.setting} / {t.label})"
-        if pd.notna(t.corrected_ci_low) and t.corrected_ci_low > 0:
+        way = paper_trend.direction(t.corrected_ci_low, t.corrected_ci_high)
+        if way == paper_trend.RISES:
             out.append(f"Across {where}, preference rises with recognition (corrected slope CI above 0).")
-        elif pd.notna(t.corrected_ci_high) and t.corrected_ci_high < 0:
+        elif way == paper_trend.FALLS:
             out.append(f"Across {where}, preference falls as recognition rises (corrected slope CI below 0).")
     return out
 

@@ -20,6 +20,7 @@ from .fit import (
     ALPHA, BY_CONDITION, BY_EVALUATOR, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
     InteractionResult, SpecificityResult, condition_groups,
 )
+from . import paper_trend
 from .paired import TrendResult
 from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS, ResampledFit, reported
 from .units import VARIANT_KEYS
@@ -688,6 +689,14 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
     return df.replace({np.nan: None})
 
 
+_TREND_READINGS = {
+    paper_trend.RISES: "preference rises with recognition across the fine-tunes (corrected CI above 0)",
+    paper_trend.FALLS: "preference falls as recognition rises (corrected CI below 0)",
+    paper_trend.NOT_SHOWN: "not shown to rise or fall (corrected CI includes 0)",
+    paper_trend.NO_INTERVAL: "no corrected interval: cannot say",
+}
+
+
 def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
     """The paper's fine-tune trend per base evaluator (paper_trend.py): the paper's statistic and, for all the
     recognition fine-tunes together, the corrected slope, whose interval carries the reading."""
@@ -697,16 +706,8 @@ def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
     for _, t in trends.iterrows():
         corrected = "" if t["transfer"] != "all" else (
             f"{fmt(t['corrected_slope'])} {fmt_ci(t['corrected_ci_low'], t['corrected_ci_high'], why=t['corrected_note'])}")
-        if t["transfer"] != "all":
-            reading = "(the paper's statistic only)"
-        elif pd.notna(t["corrected_ci_low"]) and t["corrected_ci_low"] > 0:
-            reading = "preference rises with recognition across the fine-tunes (corrected CI above 0)"
-        elif pd.notna(t["corrected_ci_high"]) and t["corrected_ci_high"] < 0:
-            reading = "preference falls as recognition rises (corrected CI below 0)"
-        elif pd.notna(t["corrected_ci_low"]):
-            reading = "not shown to rise or fall (corrected CI includes 0)"
-        else:
-            reading = "no corrected interval: cannot say"
+        reading = ("(the paper's statistic only)" if t["transfer"] != "all"
+                   else _TREND_READINGS[paper_trend.direction(t["corrected_ci_low"], t["corrected_ci_high"])])
         rows.append([t["setting"], t["label"], t["evaluator"],
                      {"all": "in-domain and transfer", "in_domain": "in-domain",
                       "cross_dataset": "transfer"}.get(t["transfer"], t["transfer"]), int(t["n_points"]),
