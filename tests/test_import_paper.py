@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from selfpref_sweep.imports.__main__ import main as imports_main
+from selfpref_sweep.errors import DataError
 from selfpref_sweep.imports.imported import ImportInputError
 from selfpref_sweep.imports.paper_import import import_paper
 from selfpref_sweep.records.schema import read_cell
@@ -268,3 +269,12 @@ def test_a_sources_interval_is_its_cells_own(imported):
              source="paper_claude")
     assert (float(r["mean"]), float(r["ci_low"]), float(r["ci_high"])) == pytest.approx(
         (stats.mean, stats.ci_low, stats.ci_high), rel=1e-12)
+
+
+def test_a_malformed_summaries_file_is_an_error_not_skipped(tmp_path):
+    root = tmp_path / "paper"
+    PF.build(root)
+    PF.write(root, "summaries/xsum/xsum_train_claude_responses.json", {"x0": 3})
+    with pytest.raises(DataError, match="claude summaries file has a number for id 'x0'"):
+        import_paper(root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -19,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     paper = sub.add_parser("paper", help="the paper's published per-item judgements (the authors' layout)")
     paper.add_argument("root", help="folder with articles/, results/, individual_setting_results/, label_results/ "
-                                    "(each X.json may be X.json.xz)")
+                                    "(each judgement file X.json may be X.json.xz)")
     jsonl = sub.add_parser("jsonl", help="per-item JSONL, one line per item and question (docs/import_formats.md)")
     jsonl.add_argument("file")
     for p in (paper, jsonl):

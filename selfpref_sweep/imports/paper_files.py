@@ -1,7 +1,8 @@
 """The paper's published files: where each lies in the authors' layout, what its name says (evaluator,
 fine-tune, dataset, setting, label condition), and their rows read with errors that name the file.
 
-Layout (the authors' repository; each ``X.json`` may also be ``X.json.xz``):
+Layout (the authors' repository; each judgement file ``X.json`` may also be ``X.json.xz``; the articles and
+summaries are plain JSON, read as the project's paper datasets read them):
 
     articles/{xsum,cnn}_train_articles.json                       the article order (held-out keys[N:])
     summaries/{ds}/{ds}_train_{source}_responses.json             the summaries (optional: word counts)
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
+from ..cell.dataset_loaders import PAPER_SOURCES, read_summaries_file
 from .imported import ImportInputError
 
 DATASETS = ("xsum", "cnn")
-SOURCES = ("human", "claude", "gpt35", "gpt4", "llama")  # the authors' source keys
+SOURCES = PAPER_SOURCES  # the authors' source keys
 BASES = ("gpt4", "gpt35", "llama")
 LABELS = ("correct", "wrong", "random")
 # The authors' base names -> this project's evaluator names (conf/evaluator/).
@@ -178,28 +180,23 @@ def read_rows(pf: PaperFile, required: tuple[str, ...] = ("key", "model")) -> Li
 
 
 def read_articles(root: Path, ds: str) -> List[str]:
-    """The dataset's article ids in the authors' order (their held-out filter is keys[N:])."""
-    rel = f"articles/{ds}_train_articles.json"
-    candidates = [root / rel, root / f"{rel}.xz"]
-    path = next((p for p in candidates if p.is_file()), None)
-    if path is None:
-        raise ImportInputError(f"{root} has no {rel}: the article order defines which articles a fine-tune "
-                               f"trained on (keys[:N]) and which rows are missing. Point ROOT at the folder "
-                               f"that holds articles/, results/, individual_setting_results/ and label_results/.")
-    data = read_json(path, rel)
-    if not isinstance(data, dict):
-        raise ImportInputError(f"{rel}: expected an object {{article_id: text}}; nothing was written.")
-    return [str(k) for k in data]
+    """The dataset's article ids in the authors' order (their held-out filter is keys[N:]), read as the paper
+    dataset reads them (dataset_loaders.read_summaries_file: a JSON object of id -> text, ids unique)."""
+    path = root / "articles" / f"{ds}_train_articles.json"
+    if not path.is_file():
+        raise ImportInputError(f"{root} has no articles/{ds}_train_articles.json: the article order defines which "
+                               f"articles a fine-tune trained on (keys[:N]) and which rows are missing. Point ROOT at "
+                               f"the folder that holds articles/, results/, individual_setting_results/ and "
+                               f"label_results/.")
+    return [str(k) for k in read_summaries_file(path, f"The {ds} article file")]
 
 
-def read_summaries(root: Path, ds: str) -> Dict[str, Dict[str, str]]:
-    """source key -> {article_id: summary}, for each source whose file is present (optional)."""
+def read_summaries(root: Path, ds: str) -> Dict[str, Dict[str, Optional[str]]]:
+    """source key -> {article_id: summary}, for each source whose file is present (optional), read as the paper
+    dataset reads them."""
     out = {}
     for key in SOURCES:
-        rel = f"summaries/{ds}/{ds}_train_{key}_responses.json"
-        path = next((p for p in (root / rel, root / f"{rel}.xz") if p.is_file()), None)
-        if path is not None:
-            data = read_json(path, rel)
-            if isinstance(data, dict):
-                out[key] = {str(k): v for k, v in data.items() if isinstance(v, str)}
+        path = root / "summaries" / ds / f"{ds}_train_{key}_responses.json"
+        if path.is_file():
+            out[key] = read_summaries_file(path, f"The {key} summaries file")
     return out
