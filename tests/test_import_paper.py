@@ -278,3 +278,12 @@ def test_a_malformed_summaries_file_is_an_error_not_skipped(tmp_path):
     with pytest.raises(DataError, match="claude summaries file has a number for id 'x0'"):
         import_paper(root, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_raw_llama_label_files_are_recognised_and_said_not_read(tmp_path):
+    root = tmp_path / "paper"
+    PF.build(root)
+    PF.write(root, "label_results/raw_llama_label_results/xsum_label_llama_raw.json", [], xz=True)
+    manifest = import_paper(root, tmp_path / "out")
+    assert list(manifest["files_not_read"]) == ["label_results/raw_llama_label_results/xsum_label_llama_raw.json.xz"]
+    assert manifest["files_not_recognised"] == []

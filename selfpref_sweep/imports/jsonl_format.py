@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..config import LabelName, SettingName
 from ..records.atomic import atomic_write_text
 from ..records.schema import QUESTIONS, CellCoordinates, CellRecord, Item, Verdict, read_cell, transfer_of
 from ..records.sweep_dirs import find_cell_dirs
@@ -26,8 +27,8 @@ from .imported import ORIGIN_KEY, ImportedCell, ImportInputError, SweepWriter
 FORMAT = "jsonl"
 NOT_IN_FILE = "not_in_file"  # the item has a line for the other question, none for this one
 REQUIRED = ("evaluator", "source", "dataset", "article_id", "question")
-SETTINGS = ("pairwise", "individual")
-LABELS = ("none", "correct", "wrong", "random")
+SETTINGS = tuple(s.value for s in SettingName)
+LABELS = tuple(c.value for c in LabelName)
 FINETUNE_KEYS = ("task", "dataset", "n_articles", "seed")
 # The probability fields of each setting, and the answers each question's distributions are over.
 PROB_FIELDS = {"pairwise": ("forward", "backward"), "individual": ("own", "other")}

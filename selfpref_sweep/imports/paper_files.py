@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from ..cell.dataset_loaders import PAPER_SOURCES, read_summaries_file
+from ..config import LabelName
 from .imported import ImportInputError
 
-DATASETS = ("xsum", "cnn")
 SOURCES = PAPER_SOURCES  # the authors' source keys
 BASES = ("gpt4", "gpt35", "llama")
-LABELS = ("correct", "wrong", "random")
+LABEL_CONDITIONS = tuple(c.value for c in LabelName if c != LabelName.none)  # the label runs' folders
 # The authors' base names -> this project's evaluator names (conf/evaluator/).
 EVALUATOR = {"gpt4": "gpt4", "gpt35": "gpt35", "llama": "llama2"}
 # The authors' fine-tune tasks -> (finetune_task, N articles trained on). Controls trained on 500 articles.
@@ -99,7 +99,7 @@ _PATTERNS = (
     (RECOGNITION, "none", re.compile(r"^individual_setting_results/recognition_results/(xsum|cnn)/(.+)_results\.json$")),
     (SCORE, "none", re.compile(r"^individual_setting_results/score_results/(xsum|cnn)/(.+)_results\.json$")),
     *((LABEL, lab, re.compile(rf"^label_results/{lab}_label_results/(xsum|cnn)/(.+)_results\.json$"))
-      for lab in LABELS),
+      for lab in LABEL_CONDITIONS),
 )
 RAW_LLAMA_LABELS = re.compile(r"^label_results/raw_llama_label_results/(xsum|cnn)_label_llama_raw\.json$")
 _FOLDERS = ("results", "individual_setting_results", "label_results")
@@ -125,8 +125,9 @@ def judgement_paths(root: Path) -> Dict[str, Path]:
 
 
 def catalogue(root: Path) -> tuple[List[PaperFile], Dict[str, Path], List[str]]:
-    """The judgement files under ROOT (kind, dataset, evaluator), the raw Llama label files by dataset, and
-    the JSON files under the judgement folders that match no known name (reported, not read)."""
+    """The judgement files under ROOT (kind, dataset, evaluator), the raw Llama label files by dataset (not read:
+    the Llama label files store the same values), and the JSON files under the judgement folders that match no
+    known name (reported, not read)."""
     files, raw, unknown = [], {}, []
     for rel, path in judgement_paths(root).items():
         m_raw = RAW_LLAMA_LABELS.match(rel)

@@ -250,7 +250,7 @@ def import_paper(root: str | Path, out: str | Path, replace: bool = False,
     if not root.is_dir():
         raise ImportInputError(f"{root} is not a folder. Give the folder that holds the authors' articles/, "
                                f"results/, individual_setting_results/ and label_results/.")
-    files, _raw, unknown = F.catalogue(root)
+    files, raw, unknown = F.catalogue(root)
     if not files:
         raise ImportInputError(f"no judgement files under {root} (looked for results/, individual_setting_results/ "
                                f"and label_results/ with *_results.json or *_results.json.xz).")
@@ -267,12 +267,12 @@ def import_paper(root: str | Path, out: str | Path, replace: bool = False,
         for pf, unlabelled in labels:
             progress(pf.rel)
             _label(ctx, pf, unlabelled)
-        manifest = _manifest(root, ctx, unknown)
+        manifest = _manifest(root, ctx, unknown, raw)
         writer.finish(manifest, {TABLE_FILE: table.rows})
     return manifest
 
 
-def _manifest(root: Path, ctx: _Context, unknown: Iterable[str]) -> Dict[str, Any]:
+def _manifest(root: Path, ctx: _Context, unknown: Iterable[str], raw: Mapping[str, Path]) -> Dict[str, Any]:
     left: Dict[str, int] = defaultdict(int)
     for f in ctx.files:
         for k, n in f["rows_left_out"].items():
@@ -282,5 +282,8 @@ def _manifest(root: Path, ctx: _Context, unknown: Iterable[str]) -> Dict[str, An
             "n_files": len({rel for group in ctx.files for rel in group["files"]}),
             "excluded_items": dict(sorted(ctx.exclusions.items())), "rows_left_out": dict(sorted(left.items())),
             "files_not_recognised": sorted(unknown), "file_groups": ctx.files,
+            # Recognised and not read: their outputs equal the Llama label files' stored P("1") row for row.
+            "files_not_read": {str(p.relative_to(root)): "raw Llama label outputs, the values the Llama label files "
+                               "store" for p in raw.values()},
             "defects": [DEFECT_SAME_ID, DEFECT_LLAMA_FORMAT, DEFECT_LLAMA_FORMULAS, DEFECT_GPT_TOP1,
                         DEFECT_INDIVIDUAL_DROP]}

@@ -107,15 +107,6 @@ def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: Dict[
     return verdict
 
 
-def raw_label_verdict(forward: Mapping[str, float], backward: Mapping[str, float], stored: Optional[float],
-                      origin: Dict[str, Any]) -> Verdict:
-    """A Llama label-condition item from its raw outputs in both orders (the project's formula)."""
-    verdict = R.pair_from_probs(forward, backward, stored, **origin)
-    if verdict.excluded:
-        verdict.exclusion_reason = NO_ANSWER_MASS
-    return verdict
-
-
 # ------------------------------------------------------------------------------------- individual
 def recognition_reading(row: Mapping[str, Any]):
     """A summary's P(Yes): renormalised over Yes/No where the row keeps both (``res``), else the stored value
