@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -84,7 +85,7 @@ def vllm_server():
     proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                              "--served-model-name", "qwen05", "--host", "127.0.0.1", "--port", str(port),
                              "--dtype", dtype, "--enforce-eager", "--max-logprobs", "20", "--max-model-len", "8192",
-                             "--gpu-memory-utilization", "0.3"],
+                             "--kv-cache-memory-bytes", str(2 ** 30)],  # not a share of the machine: docs/vllm.md
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 600
@@ -134,28 +135,88 @@ def test_the_vllm_preset_runs_a_whole_cell_against_vllms_server(vllm_server, tmp
     assert "the server scores given text" in s["familiarity"]["reason"]
 
 
-@pytest.mark.real_model
-@needs_vllm
-def test_the_in_process_backend_runs_a_cell_and_agrees_with_the_hf_backend(tmp_path):
-    """backend: vllm runs every measurement; its answer probabilities and text scores on the very prompts it
-    judged equal the Hugging Face backend's to float32 rounding. (In float32, so the check does not hang on which
-    bf16 kernels a CPU kind has: in bf16 the two differed by up to 0.021 here, docs/vllm.md.)"""
-    qwen05_dir(FLOAT32)  # converted by this (main) environment, shared through the model cache
+def run_vllm_cell(store: Path, run_dir: Path) -> subprocess.CompletedProcess:
+    """One cell through `backend: vllm` in its reproducible mode (the default), in float32 (so the comparison
+    with the HF backend does not hang on which bf16 kernels a CPU kind has: in bf16 the two differed by up to
+    0.021 here, docs/vllm.md) and eager (compiling takes minutes on 2 cores)."""
     env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE}
     cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm", "evaluator.vllm_enforce_eager=true",
-           *FLOAT32, *CELL,
-           f"store.path={tmp_path / 'calls.sqlite'}", f"hydra.run.dir={tmp_path / 'cell'}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert_every_measurement_ran(summary(tmp_path / "cell"))
+           *FLOAT32, *CELL, f"store.path={store}", f"hydra.run.dir={run_dir}"]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 
-    judged, scored = rescored_by_hf(tmp_path / "calls.sqlite")
+
+def failure(proc: subprocess.CompletedProcess) -> str:
+    """What a failed run printed that names its cause: vLLM's engine reports it in lines far above the last
+    traceback (its own log), so the error lines come first, then the tail."""
+    errors = [line for line in proc.stderr.splitlines() if "Error" in line or "error" in line][-30:]
+    return "\n".join(errors) + "\n...\n" + proc.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def vllm_cell(tmp_path_factory):
+    """An uninterrupted `backend: vllm` cell, shared by the tests below."""
+    qwen05_dir(FLOAT32)  # converted by this (main) environment, shared through the model cache
+    root = tmp_path_factory.mktemp("vllm_cell")
+    proc = run_vllm_cell(root / "calls.sqlite", root / "cell")
+    assert proc.returncode == 0, failure(proc)
+    return SimpleNamespace(store=root / "calls.sqlite", run_dir=root / "cell")
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_the_in_process_backend_runs_a_cell_and_agrees_with_the_hf_backend(vllm_cell):
+    """backend: vllm runs every measurement; its answer probabilities and text scores on the very prompts it
+    judged equal the Hugging Face backend's to float32 rounding."""
+    assert_every_measurement_ran(summary(vllm_cell.run_dir))
+    judged, scored = rescored_by_hf(vllm_cell.store)
     assert judged[0][0].model.dtype == "float32"
     gaps = [abs(hf.probs[a] - stored["probs"][a]) for req, stored, hf in judged for a in req.answers]
     assert len(gaps) >= 8 * N_ARTICLES and max(gaps) <= 1e-3, max(gaps)
     per_token = [abs(hf.total / hf.n_tokens - stored["total"] / stored["n_tokens"]) for _, stored, hf in scored]
     assert len(per_token) == 2 * N_ARTICLES and max(per_token) <= 1e-3, max(per_token)
     assert all(hf.n_tokens == stored["n_tokens"] for _, stored, hf in scored)
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_the_reproducible_mode_gives_the_same_bits_in_any_batch_and_order(vllm_cell):
+    """The cell's own judge and familiarity calls, made again all at once and in halves (the second half first),
+    equal what the cell stored bit for bit: three batch compositions, two orders, no cached prefix read."""
+    proc = subprocess.run([str(VLLM_PYTHON), "tests/vllm_recompute.py", str(vllm_cell.store), MODEL_CACHE, "4",
+                           "evaluator.vllm_enforce_eager=true", *FLOAT32],
+                          cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, failure(proc)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    for kind in ("judge", "familiarity"):
+        counts = result[kind]
+        assert counts["n"] >= 4, result
+        assert counts["all_at_once"] == counts["n"] and counts["halves_reversed"] == counts["n"], result
+
+
+@pytest.mark.real_model
+@needs_vllm
+def test_a_cell_resumed_after_losing_half_its_calls_gives_the_uninterrupted_results(vllm_cell, tmp_path):
+    """As a kill leaves it: the store holds some of the cell's calls (every other one here). The resumed cell
+    makes the others in other batches and writes the uninterrupted cell's results to the bit."""
+    store = tmp_path / "calls.sqlite"
+    shutil.copy(vllm_cell.store, store)
+    with sqlite3.connect(store) as conn:
+        total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+        conn.execute("DELETE FROM calls WHERE rowid % 2 = 0")
+        kept = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
+    assert 0 < kept < total
+    proc = run_vllm_cell(store, tmp_path / "cell")
+    assert proc.returncode == 0, failure(proc)
+    with sqlite3.connect(store) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == total
+    assert item_results(tmp_path / "cell") == item_results(vllm_cell.run_dir)
+
+
+def item_results(run_dir: Path) -> list:
+    """Every item's stored numbers and texts in a cell's results, timings left out."""
+    rows = [json.loads(line) for line in (run_dir / "results.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if "time" not in k and "seconds" not in k} for row in rows]
 
 
 def rescored_by_hf(store: Path):
