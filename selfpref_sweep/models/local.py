@@ -89,6 +89,7 @@ from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateReques
 from .key_blocks import KEY_BLOCK, folded_heads, query_width, use_key_blocks
 from .precision import resolve_dtype
 from .prefix import Extend, PrefixLRU, Score, schedule
+from .probe_cache import probe_key, remembered
 from .weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
@@ -591,8 +592,16 @@ class LocalModel(ModelAPI):
             return self._probs(torch.cat([hidden, hidden[:1].expand(HEAD_ROWS - n, -1)]))[:n]
         return torch.stack([self._probs(h.expand(HEAD_ROWS, -1).contiguous())[0] for h in hidden])
 
+    def _probe(self, name: str, params: str, run: Callable[[], bool]) -> bool:
+        """A load-time probe's verdict, remembered with the converted weights for this model, device kind and
+        torch (models/probe_cache.py): a second load in a new process skips it."""
+        return remembered(self.model_cache, probe_key(self.identity, self.device, name, params), run)
+
     @cached_property
     def head_rows_invariant(self) -> bool:
+        return self._probe("head_rows_invariant", f"rows{HEAD_ROWS}", self._head_rows_probe)
+
+    def _head_rows_probe(self) -> bool:
         """Whether a row's distribution from a HEAD_ROWS-row product is the same beside any companions: random
         states read as rows 0..n-1, as rows 1..n, and one of them among copies of itself."""
         torch = self.torch
@@ -614,6 +623,9 @@ class LocalModel(ModelAPI):
         row right-padded beside another prompt's on the same prefix."""
         if not self.key_blocks:
             return False
+        return self._probe("split_free", f"block{KEY_BLOCK}", self._split_free_probe)
+
+    def _split_free_probe(self) -> bool:
         torch = self.torch
         n, cuts = KEY_BLOCK + 48, (240, 400)  # pieces of 240, 160 and 160 tokens: query widths as they are
         ids = torch.randint(0, min(len(self.tokenizer), 32000), (2, n), generator=torch.Generator().manual_seed(0)
@@ -761,7 +773,10 @@ class LocalModel(ModelAPI):
         """Whether pieces may share a forward on this device, checked once (a failure means one piece per
         forward, as batch-invariant computation always did): with a fixed row count, whether a row comes out
         the same beside other rows; else whether rows come out of a batched forward as each does alone."""
-        same = self._fixed_rows_probe() if self.rows else self._alone_rows_probe()
+        if self.rows:
+            same = self._probe("rows_invariant", f"fixed{self.rows}x{self.chunk}", self._fixed_rows_probe)
+        else:
+            same = self._probe("rows_invariant", f"alone{self.chunk}min{MIN_BATCHED_LENGTH}", self._alone_rows_probe)
         log.info("%s: rows of one shape %s batched on %s", self.identity.label, "are" if same else "are not",
                  self.device)
         return same
