@@ -18,10 +18,12 @@ Paths:
   alone    batch-invariant with batch_invariant_rows=0: pieces share a forward only where the device gives each
            row what it gives alone (a CPU), else one prompt per forward (what a GPU got before the fixed rows)
   batched  the local backend with batch_invariant=false and --max-batch prompts per forward
-  vllm     the in-process vLLM backend (only where vLLM is importable)
+  vllm     the in-process vLLM backend (only where vLLM is importable), in its reproducible mode (the default:
+           each prompt whole in one step, no cached prefix read, batch-invariant kernels on a GPU) and with
+           vllm_reproducible=false (prefix caching and chunked prefill, vLLM's fastest); eager on a CPU
   hf       plain transformers: whole prompts in batches of --max-batch, no prefix reuse, last position only
 The limit is the distinct prefix tokens of the judge prompts (the trie optimum) x 2 x non-embedding
-parameters / the device's measured GEMM rate. For the local paths, "identical when split" judges the prompts
+parameters / the device's measured GEMM rate. For the local and vLLM paths, "identical when split" judges the prompts
 again on an empty prefix cache, the odd-numbered ones first and then the even-numbered ones (what a killed and
 resumed sweep does), and counts the answer probabilities that are bit-identical to the first pass, then the
 summaries made again the same way whose texts are equal. Prints one Markdown table (and writes it to --out).
@@ -205,14 +207,14 @@ def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
     what a split second pass on an empty prefix cache gives again bit for bit (None: not checked): "a/n" answer
     probabilities, then "; b/m" summaries where there are any."""
     list(backend.answer_distributions(judge_reqs[:2]))  # warm-up: kernels, answer-token tables, the rows probe
-    backend.prefix_lru.clear() if hasattr(backend, "prefix_lru") else None
+    _empty_cache(backend)
     start = time.perf_counter()
     first = {r.cache_key(): d.probs for r, d in backend.answer_distributions(judge_reqs)}
     _sync(device)
     judging = time.perf_counter() - start
     same = None
     if split_check:
-        backend.prefix_lru.clear()
+        _empty_cache(backend)
         again = {r.cache_key(): d.probs for part in (judge_reqs[1::2], judge_reqs[0::2])
                  for r, d in backend.answer_distributions(part)}
         same = f"{sum(again[k] == p for k, p in first.items())}/{len(judge_reqs)}"
@@ -223,11 +225,19 @@ def run_backend(backend, judge_reqs, gen_reqs, device: str, split_check: bool):
         _sync(device)
         generated = (time.perf_counter() - start, sum(g.completion_tokens for g in made.values()))
         if split_check:  # the summaries too, as a resumed cell would make them: in halves, on an empty cache
-            backend.prefix_lru.clear()
+            _empty_cache(backend)
             again = {r.cache_key(): g.text for part in (gen_reqs[1::2], gen_reqs[0::2])
                      for r, g in backend.generate(part)}
             same += f"; {sum(again[k] == g.text for k, g in made.items())}/{len(gen_reqs)}"
     return judging, generated, same
+
+
+def _empty_cache(backend) -> None:
+    """Forget every cached prefix: the local backend's LRU, or vLLM's prefix cache."""
+    if hasattr(backend, "prefix_lru"):
+        backend.prefix_lru.clear()
+    elif getattr(backend, "llm", None) is not None:
+        backend.llm.reset_prefix_cache()
 
 
 def main() -> None:
@@ -303,11 +313,14 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     if "vllm" in paths and _vllm_importable():
         from selfpref_sweep.models.vllm_engine import VLLMModel
 
-        backend = VLLMModel(OmegaConf.merge(model_cfg, {"backend": "vllm"}), model_cache=base.paths.model_cache)
-        judging, generated, _ = run_backend(backend, judge_reqs, gen_reqs, device, split_check=False)
-        rows["vllm (in-process)"] = (judging / len(judge_reqs) * 1e3, _rate(generated), peak_gb(device), None)
-        backend.close()
-        _free(device)
+        for name, reproducible in (("vllm, reproducible (default)", True), ("vllm, vllm_reproducible=false", False)):
+            settings = {"backend": "vllm", "vllm_reproducible": reproducible, "vllm_enforce_eager": device == "cpu"}
+            backend = VLLMModel(OmegaConf.merge(model_cfg, settings), model_cache=base.paths.model_cache)
+            judging, generated, same = run_backend(backend, judge_reqs, gen_reqs, device, split_check=split)
+            rows[name] = (judging / len(judge_reqs) * 1e3, _rate(generated), peak_gb(device), same)
+            print(f"{name}: {rows[name]}", flush=True)
+            backend.close()
+            _free(device)
     if "hf" in paths:
         hf_judge, hf_generate = plain_hf(model_dir, device, dtype, args.max_batch)
         hf_judge(judge_reqs[:2])

@@ -21,8 +21,9 @@ MIN_LENGTH = 2048
 # summaries, and its judge prompts carry the same article with two summaries and instructions more.
 HEADROOM = 1024
 CPU_KV_SEQUENCES = 8  # sequences of the longest length the CPU KV cache holds at once
-# Memory a CPU engine needs besides weights and KV cache (activations, the engine process, tokenizer), as
-# measured for qwen05 on 2 cores (about 1.4 GiB); a start is refused only where even this does not fit.
+# An allowance for what a CPU engine needs besides weights and KV cache (activations, its processes, the
+# tokenizer). A lower bound, not an estimate (qwen05's float32 worker alone held 5.3 GB with 2 GB of weights and
+# a 0.5 GiB cache): a start is refused up front only where even this does not fit.
 CPU_OVERHEAD_BYTES = int(1.5 * GIB)
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
