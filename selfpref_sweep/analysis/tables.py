@@ -387,6 +387,9 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
         fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"), d["note"] or ""])
 
 
+HOLM_ALPHA = 0.05  # the familywise level of the positive control's reading
+
+
 def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Optional[pd.DataFrame] = None
                            ) -> pd.DataFrame:
     """The positive-control arms: Δ preference toward the direction each was trained (positive_control.py), which
@@ -402,17 +405,19 @@ def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Opt
             "Δ self-preference, log-odds [95% CI]", "reading"]
 
     def reading(d: Optional[pd.Series]) -> str:
+        """From the test the table prints, Holm-adjusted across the family's arms at 5%; a non-rejection is
+        "not shown to move", never "did not move"."""
         if d is None:
             return "no trained direction (the summaries' texts are not in the results): cannot say"
-        lo, hi = d["dpref_paper_ci_low"], d["dpref_paper_ci_high"]
-        if not (pd.notna(lo) and pd.notna(hi)):
-            return "no interval: cannot say whether preference moved"
-        if lo > 0:
-            return "preference moved the trained way (CI above 0): a preference null in this setting is informative"
-        if hi < 0:
-            return ("preference moved against the trained way (CI below 0): the readout moves, but not as "
-                    "trained")
-        return "preference did not move (CI includes 0): a preference null in this setting is uninformative"
+        p, estimate = d.get("dpref_paper_p_holm"), d.get("dpref_paper_mean")
+        if not (pd.notna(p) and pd.notna(estimate)):
+            return "no test: cannot say whether preference moved"
+        test = f"Holm p {fmt_p(p)}"
+        if p < HOLM_ALPHA and estimate > 0:
+            return f"preference moved the trained way ({test}): a preference null in this setting is informative"
+        if p < HOLM_ALPHA and estimate < 0:
+            return f"preference moved against the trained way ({test}): the readout moves, but not as trained"
+        return f"preference not shown to move ({test}): a preference null in this setting is uninformative"
 
     def cells(d: pd.Series) -> list[str]:
         t = turned.get(tuple(str(d[k]) for k in keys))
