@@ -46,3 +46,9 @@ def test_an_unwritable_cache_still_gives_the_verdict(tmp_path):
     blocker.write_text("")
     key = probe_key(IDENTITY, "cpu", "split_free", "block512")
     assert remembered(str(blocker / "models"), key, lambda: True) is True
+
+
+def test_no_cache_folder_means_probed_each_time_and_nothing_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    key = probe_key(IDENTITY, "cpu", "split_free", "block512")
+    assert remembered("", key, lambda: True) is True and not (tmp_path / FILE).exists()

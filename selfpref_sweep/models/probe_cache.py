@@ -57,7 +57,10 @@ def probe_key(identity, device: str, probe: str, params: str) -> str:
 
 
 def remembered(folder: str, key: str, run: Callable[[], bool]) -> bool:
-    """The verdict stored under `key` in folder/probes.json, or `run()`'s, stored there for the next load."""
+    """The verdict stored under `key` in folder/probes.json, or `run()`'s, stored there for the next load. No
+    folder (a model built without a cache, as tests' stubs are): probed, not stored."""
+    if not folder:
+        return bool(run())
     path = Path(folder).expanduser() / FILE
     known = _read(path)
     if isinstance(known.get(key), bool):
