@@ -1,7 +1,6 @@
 """In-process vLLM backend (`backend: vllm`): the engine for open-weight judges on a GPU.
 
-`vllm.LLM` with automatic prefix caching, so a cell's judge prompts, which share their article, compute it
-once, and vLLM schedules every request of a batch by memory (thousands of tokens per forward on a GPU).
+`vllm.LLM`, which schedules every request of a batch by memory (thousands of tokens per forward on a GPU).
 Prompts are rendered and tokenized by the model's own Hugging Face tokenizer, as the local backend does, and
 reach vLLM as token ids: both backends see the same tokens.
 - Judging reads the answer position's log-probability of every vocabulary token that spells an answer
@@ -11,9 +10,13 @@ reach vLLM as token ids: both backends see the same tokens.
 - Familiarity: the prompt log-probabilities of prompt + continuation, summed over the continuation.
 Work goes to vLLM in slices of `SLICE` requests, so a killed run keeps every finished slice in the cache.
 
-vLLM's kernels are not batch-invariant: a result may move in its last bits with what shares its batch, as the
-local backend's batched results do. The identity's schedule ("vllm") keeps these entries apart from the local
-backend's. vLLM pins its own transformers, so it is usually installed in a virtualenv of its own (docs/vllm.md).
+The engine starts with the first requests, sized for them (models/vllm_sizing.py). By default
+(`vllm_reproducible`) each prompt is computed whole in one step from no cached prefix, on a GPU with vLLM's
+batch-invariant kernels, so a result depends on its own prompt only and a resumed sweep gets the uninterrupted
+one's bits; `vllm_reproducible=false` turns prefix caching and chunked prefill back on, and its results may move
+in their last bits with what shared their batch or cache. The identity's schedule ("vllm-reproducible" or
+"vllm") keeps the two modes' entries apart, and apart from the local backend's (docs/vllm.md). vLLM pins its
+own transformers, so it is usually installed in a virtualenv of its own.
 """
 
 from __future__ import annotations
