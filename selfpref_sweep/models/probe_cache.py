@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
+
+from ..errors import StorageError
+from ..records.atomic import atomic_write_json
+from .precision import cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +38,10 @@ def device_kind(device: str) -> str:
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability()
         return f"cuda:{torch.cuda.get_device_name()}:sm{major}{minor}"
-    model, flags = platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name.strip() == "model name":
-                model = value.strip()
-            elif name.strip() in ("flags", "Features"):
-                flags = set(value.split())
-    except OSError:
-        pass
+    text = _cpuinfo()
+    model = next((line.partition(":")[2].strip() for line in text.splitlines()
+                  if line.partition(":")[0].strip() == "model name"), platform.machine())
+    flags = cpu_flags(text)
     return f"cpu:{model}:{'+'.join(f for f in _CPU_FLAGS if f in flags)}"
 
 
@@ -82,9 +78,13 @@ def _read(path: Path) -> dict:
 def _write(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=FILE, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except OSError as exc:  # a read-only cache: the verdict holds for this process only
+        atomic_write_json(path, data)
+    except (OSError, StorageError) as exc:  # a read-only cache: the verdict holds for this process only
         log.warning("could not remember probe verdicts in %s: %s", path, exc)
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
