@@ -223,22 +223,13 @@ def rescored_by_hf(store: Path):
     """Every judging and text-scoring call the vLLM cell stored, made again by the local (HF) backend."""
     from hydra import compose, initialize_config_dir
 
-    from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message, SequenceRequest
     from selfpref_sweep.models.local import LocalModel
+    from tests.vllm_recompute import stored_calls
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["evaluator=qwen05", *FLOAT32])
     model = LocalModel(cfg.evaluator, model_cache=MODEL_CACHE, show_progress=False)
-    judge, texts = [], []
-    with sqlite3.connect(store) as conn:
-        for kind, request, value in conn.execute("SELECT kind, request, value FROM calls"):
-            request, value = json.loads(request), json.loads(value)
-            messages = tuple(Message(**m) for m in request["messages"])
-            if kind == "answer_distribution":
-                decoding = JudgeDecoding(**{**request["decoding"], "answers": tuple(request["decoding"]["answers"])})
-                judge.append((AnswerRequest(model.identity, messages, decoding), value))
-            elif kind == "sequence_logprobs":
-                texts.append((SequenceRequest(model.identity, request["continuation"], messages), value))
+    judge, texts = stored_calls(store, model.identity)
     dists = dict(model.answer_distributions([r for r, _ in judge]))
     logprobs = dict(model.sequence_logprobs([r for r, _ in texts]))
     model.close()

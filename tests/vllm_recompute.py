@@ -22,18 +22,19 @@ from selfpref_sweep.models.vllm_engine import VLLMModel
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
-def stored_calls(store: str, identity, n: int):
-    """The first n judge and n familiarity calls the cell stored, as requests for `identity`, with the value."""
+def stored_calls(store, identity, n=None):
+    """The first n (None: all) judge and familiarity calls a cell stored, as requests for `identity`, each with
+    its stored value. Also tests/test_vllm.py's, which runs them through the HF backend."""
     judge, texts = [], []
     with sqlite3.connect(store) as conn:
         for kind, request, value in conn.execute("SELECT kind, request, value FROM calls ORDER BY rowid"):
             request, value = json.loads(request), json.loads(value)
             messages = tuple(Message(**m) for m in request["messages"])
-            if kind == "answer_distribution" and len(judge) < n:
+            if kind == "answer_distribution" and (n is None or len(judge) < n):
                 decoding = JudgeDecoding(**{**request["decoding"], "answers": tuple(request["decoding"]["answers"])})
-                judge.append((AnswerRequest(identity, messages, decoding), value["probs"]))
-            elif kind == "sequence_logprobs" and len(texts) < n:
-                texts.append((SequenceRequest(identity, request["continuation"], messages), value["total"]))
+                judge.append((AnswerRequest(identity, messages, decoding), value))
+            elif kind == "sequence_logprobs" and (n is None or len(texts) < n):
+                texts.append((SequenceRequest(identity, request["continuation"], messages), value))
     return judge, texts
 
 
@@ -54,6 +55,8 @@ def main(store: str, model_cache: str, n: int, overrides) -> None:
         cfg = compose("config", overrides=["evaluator=qwen05", "evaluator.backend=vllm", *overrides])
     model = VLLMModel(cfg.evaluator, model_cache=model_cache, show_progress=False)
     judge, texts = stored_calls(store, model.identity, n)
+    judge = [(r, v["probs"]) for r, v in judge]
+    texts = [(r, v["total"]) for r, v in texts]
     result = {
         "judge": compositions(lambda rs: ((r, d.probs) for r, d in model.answer_distributions(rs)), judge),
         "familiarity": compositions(lambda rs: ((r, s.total) for r, s in model.sequence_logprobs(rs)), texts),
