@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.openai_server
 
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message  # noqa: E402
-from selfpref_sweep.models.openai_api import OpenAIModel  # noqa: E402
+from selfpref_sweep.models.openai.openai_api import OpenAIModel  # noqa: E402
 
 SYSTEM = ("You are a helpful assistant and expert in news-article summaries. You help compare summaries to help "
           "me with my records. You respond with only \"1\" or \"2\" and no other text.")

@@ -1,9 +1,9 @@
 """Where batch-invariant judging could cut its pieces by fixed rules, and what each plan would cost here.
 
 Batch-invariant judging runs over shared prefixes where the device gives a prompt's tokens the same bits however
-the prompt is cut into forwards (`split_free`, models/key_blocks.py). Where it does not, the schedule builds each
+the prompt is cut into forwards (`split_free`, models/local/key_blocks.py). Where it does not, the schedule builds each
 prompt's KV cache in chunks of 64 tokens from position 0 and runs the rest (its tail) as one forward; pieces of
-one shape from many prompts share a forward (models/local.py). That fallback's price against the batched trie
+one shape from many prompts share a forward (models/local/). That fallback's price against the batched trie
 is recomputation: where prompts branch inside a chunk, each branch runs that whole chunk. This bench counts,
 for the judge_speed workload (80 pairwise prompts, qwen05's tokenizer), the tokens and forwards of other plans
 a prompt's own tokens could define:
@@ -36,7 +36,8 @@ from pathlib import Path
 
 from judge_speed import _time, paper_requests, timed, workload
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.local import MIN_BATCHED_LENGTH, LocalModel, _clone_cache
+from selfpref_sweep.models.local import MIN_BATCHED_LENGTH, LocalModel
+from selfpref_sweep.models.local.local_model import _clone_cache
 
 
 def fixed_starts(prompt, text, chunk: int):

@@ -2,7 +2,7 @@
 
 A qwen05-shaped product (a batch of token rows x hidden 896 -> MLP width 4864), timed in float32, bfloat16
 and float16. On a CPU without native bf16 instructions the bf16 product is emulated and can be far slower
-than float32; `auto` then runs local models in float32 (selfpref_sweep/models/precision.py). No data or
+than float32; `auto` then runs local models in float32 (selfpref_sweep/models/local/precision.py). No data or
 model needed:
 
     python bench/dtype_speed.py [--rows 512] [--repeats 5]
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from selfpref_sweep.models.precision import resolve_dtype  # noqa: E402
+from selfpref_sweep.models.local.precision import resolve_dtype  # noqa: E402
 
 HIDDEN, MLP = 896, 4864  # qwen05's
 

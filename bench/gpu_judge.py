@@ -54,7 +54,7 @@ from selfpref_sweep.cell.prompts import standardize  # noqa: E402
 from selfpref_sweep.cell.summaries import generation_request  # noqa: E402
 from selfpref_sweep.config import register_configs  # noqa: E402
 from selfpref_sweep.models.cached import CachedModel  # noqa: E402
-from selfpref_sweep.models.weights import local_hf_dir  # noqa: E402
+from selfpref_sweep.models.local.weights import local_hf_dir  # noqa: E402
 
 # Qwen2 shapes: hidden, layers, attention heads, KV heads, MLP width. The tiny one has a head width of 32,
 # the narrowest vLLM's CPU attention takes.
@@ -262,7 +262,7 @@ def main() -> None:
 
     import torch
 
-    from selfpref_sweep.models.precision import resolve_dtype
+    from selfpref_sweep.models.local.precision import resolve_dtype
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = args.dtype or ("bfloat16" if device == "cuda" else resolve_dtype("auto"))
@@ -313,7 +313,7 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     local += [("batched", {"batch_invariant": False, "generate_batch": args.max_batch}, gen_reqs, split)]
     _local_paths(args, paths, local, model_cfg, base, judge_reqs, device, rows)
     if "vllm" in paths and _vllm_importable():
-        from selfpref_sweep.models.vllm_engine import VLLMModel
+        from selfpref_sweep.models.vllm.vllm_engine import VLLMModel
 
         for name, reproducible in (("vllm, reproducible (default)", True), ("vllm, vllm_reproducible=false", False)):
             settings = {"backend": "vllm", "vllm_reproducible": reproducible, "vllm_enforce_eager": device == "cpu"}

@@ -12,7 +12,7 @@ Needs the paper data:
     python bench/judge_speed.py [--root ../shared/paper-data] [--scratch-sample 8] [--forward-cost]
 
 --forward-cost also prints what one forward costs per token by its size (rows x tokens on a 512-token cache),
-which sizes a forward's token budget for the device (models/local.py, `forward_tokens`).
+which sizes a forward's token budget for the device (models/local/, `forward_tokens`).
 
 --repeats N times each path N times, alternating (default, batched, batched, default, ...), so neither gains
 from running second (the machine's own drift shows as the spread between repeats); the summary line then
@@ -77,7 +77,7 @@ def forward_cost(model) -> None:
     """Milliseconds per token of one forward by its shape, on a 512-token cache (random tokens)."""
     import torch
 
-    from selfpref_sweep.models.local import _clone_cache
+    from selfpref_sweep.models.local.local_model import _clone_cache
 
     ids = torch.randint(0, 30000, (600,), generator=torch.Generator().manual_seed(0)).tolist()
     base = model._run_rows([ids[:512]], None)

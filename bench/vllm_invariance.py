@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--articles", type=int, default=3)
     ap.add_argument("--eager", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args()
-    from selfpref_sweep.models.vllm_engine import VLLMModel
+    from selfpref_sweep.models.vllm.vllm_engine import VLLMModel
 
     register_configs()
     rows = []

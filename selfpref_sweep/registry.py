@@ -23,3 +23,14 @@ def resolve(builtins: Dict[str, str], env_var: str, name: str, what: str):
         return getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"The {what} {name!r} names {entries[name]!r}, which cannot be loaded: {exc}") from exc
+
+
+def lazy_exports(package: str, exports: Dict[str, str]):
+    """A package's module-level __getattr__ for its public names: each name is taken from the module (relative to
+    the package) that `exports` maps it to, imported when the name is first asked for."""
+    def __getattr__(name: str):
+        if name in exports:
+            return getattr(importlib.import_module(exports[name], package), name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

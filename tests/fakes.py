@@ -159,7 +159,7 @@ class TopListJudge(FakeModel):
         return top + [("The", math.log(0.01)), ("I", math.log(1e-4)), ("\n", -(18 + d[4] / 25))]
 
     def answer_distributions(self, requests):
-        from selfpref_sweep.models.openai_api import distribution_from_top_logprobs
+        from selfpref_sweep.models.openai.openai_api import distribution_from_top_logprobs
 
         for req in requests:
             prompt = "\n".join(m.content for m in req.messages)

@@ -40,7 +40,7 @@ def generate_requests(identity):
 
 def main(argv) -> int:
     from selfpref_sweep.models.cached import CachedModel
-    from selfpref_sweep.models.openai_api import OpenAIModel
+    from selfpref_sweep.models.openai.openai_api import OpenAIModel
     from selfpref_sweep.store import Store
 
     base_url, store_path = argv

@@ -12,7 +12,7 @@ from selfpref_sweep.cell.scoring import (LOGODDS_CLIP, individual_value, score_i
                                          summarize_question)
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.models.openai_api import distribution_from_top_logprobs
+from selfpref_sweep.models.openai.openai_api import distribution_from_top_logprobs
 from tests.conftest import FAKE_BACKEND
 
 API_JUDGE = ["evaluator.backend=toplist", "evaluator.name=api_eval", "judge.competence=on", "dataset.n_articles=6"]

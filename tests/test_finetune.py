@@ -28,7 +28,7 @@ from tests import finetune_fakes
 from tests.conftest import CONF, FAKE_BACKEND, FAKE_EVALUATOR
 from tests.finetune_fakes import FAKE_TRAINER, with_control_prompts
 
-OPENAI_BACKEND = "openai=selfpref_sweep.models.openai_api:OpenAIModel"
+OPENAI_BACKEND = "openai=selfpref_sweep.models.openai.openai_api:OpenAIModel"
 TASKS = ["recognition", "always_1", "random", "length", "vowel", "readability", "prefer_longer", "score_longer"]
 
 

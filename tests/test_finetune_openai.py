@@ -17,7 +17,7 @@ from selfpref_sweep.store import Store
 from tests.conftest import FAKE_BACKEND
 from tests.openai_finetune_standin import StandIn
 
-OPENAI_BACKEND = "openai=selfpref_sweep.models.openai_api:OpenAIModel"
+OPENAI_BACKEND = "openai=selfpref_sweep.models.openai.openai_api:OpenAIModel"
 
 
 @pytest.fixture(autouse=True)

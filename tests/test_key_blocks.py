@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from selfpref_sweep.models import key_blocks
-from selfpref_sweep.models.key_blocks import KEY_BLOCK, _query_groups, key_blocked_sdpa, query_width
+from selfpref_sweep.models.local import key_blocks
+from selfpref_sweep.models.local.key_blocks import KEY_BLOCK, _query_groups, key_blocked_sdpa, query_width
 
 
 def _causal(q: int, kv: int, rows: int = 1, pad_right=()) -> torch.Tensor:
@@ -49,7 +49,7 @@ def test_queries_that_see_nothing_go_with_the_last_group():
 
 
 def _dtype():
-    from selfpref_sweep.models.precision import native_bf16
+    from selfpref_sweep.models.local.precision import native_bf16
 
     return torch.bfloat16 if native_bf16() else torch.float32
 

@@ -1,4 +1,4 @@
-"""The OpenAI backend (selfpref_sweep.models.openai_api).
+"""The OpenAI backend (selfpref_sweep.models.openai.openai_api).
 
 Unit tests (no network) cover the config, the key handling and the logprob arithmetic. The
 `real_model` tests talk to a real OpenAI-compatible server, llama-cpp-python's, on 127.0.0.1 only
@@ -27,7 +27,7 @@ from selfpref_sweep.errors import ConfigError, ModelUnavailableError
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
                                         JudgeDecoding, Message, ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIModel, answer_matches,
+from selfpref_sweep.models.openai.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIModel, answer_matches,
                                               distribution_from_top_logprobs, is_loopback)
 from selfpref_sweep.models.retry import retry_after_s
 from selfpref_sweep.store import Store

@@ -1,4 +1,4 @@
-"""The OpenAI Batch API path (selfpref_sweep/models/openai_batch.py).
+"""The OpenAI Batch API path (selfpref_sweep/models/openai/openai_batch.py).
 
 The `real_model` tests run every batch line on a real OpenAI-compatible server (llama-cpp-python's, serving
 SmolLM2-135M on 127.0.0.1: tests/openai_server.py) through a loopback stand-in for OpenAI's /v1/files and
@@ -20,8 +20,8 @@ import pytest
 
 from selfpref_sweep.errors import ModelUnavailableError
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.openai_api import OpenAIModel
-from selfpref_sweep.models.openai_batch import BatchPending, recorded_batches
+from selfpref_sweep.models.openai.openai_api import OpenAIModel
+from selfpref_sweep.models.openai.openai_batch import BatchPending, recorded_batches
 from selfpref_sweep.store import Store
 
 from tests.openai_batch_child import KEY_ENV, SECRET, generate_requests, judge_requests, model_cfg

@@ -8,7 +8,7 @@ import torch
 from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.pool import GIB, ModelPool
-from selfpref_sweep.models.prefix import PrefixLRU
+from selfpref_sweep.models.local.prefix import PrefixLRU
 from tests import fakes
 from tests.conftest import FAKE_EVALUATOR
 

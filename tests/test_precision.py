@@ -4,8 +4,9 @@ before any identity or cache key is made."""
 import pytest
 
 from selfpref_sweep.config.spec import resolve_cell
-from selfpref_sweep.models import model_identity, precision
-from selfpref_sweep.models.weights import local_hf_dir_path
+from selfpref_sweep.models import model_identity
+from selfpref_sweep.models.local import precision
+from selfpref_sweep.models.local.weights import local_hf_dir_path
 
 ZEN3_CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD

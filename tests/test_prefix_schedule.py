@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from selfpref_sweep.models.prefix import Extend, Score, computed_tokens, schedule
+from selfpref_sweep.models.local.prefix import Extend, Score, computed_tokens, schedule
 
 
 def simulate(prompts, steps):

@@ -12,7 +12,7 @@ from selfpref_sweep.config import ModelConfig, WeightsConfig
 from selfpref_sweep.config.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND
 
-OPENAI_BACKEND = "openai=selfpref_sweep.models.openai_api:OpenAIModel"
+OPENAI_BACKEND = "openai=selfpref_sweep.models.openai.openai_api:OpenAIModel"
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, JudgeDecoding, Message, ModelAPI,
                                         ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel, is_failure
-from selfpref_sweep.models.openai_api import OpenAIModel
+from selfpref_sweep.models.openai.openai_api import OpenAIModel
 from selfpref_sweep.store import Store
 
 

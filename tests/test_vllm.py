@@ -44,7 +44,7 @@ def qwen05_dir(overrides=()) -> Path:
     """The HF-format copy of qwen05 the local backend converts its packaged GGUF into (made here if needed)."""
     from hydra import compose, initialize_config_dir
 
-    from selfpref_sweep.models.weights import local_hf_dir
+    from selfpref_sweep.models.local.weights import local_hf_dir
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["evaluator=qwen05", *overrides])
@@ -75,7 +75,7 @@ def vllm_server():
     """vLLM's OpenAI-compatible server on 127.0.0.1, serving qwen05 as "qwen05", for one test: it and its engine
     processes are gone before the in-process test starts an engine of its own (with the server's engine still up,
     that engine failed to start in CI on a 2-core, 24 GiB machine)."""
-    from selfpref_sweep.models.precision import resolve_dtype
+    from selfpref_sweep.models.local.precision import resolve_dtype
 
     # The dtype the local backend picks here, named: on a CPU vLLM serves float32 weights in bf16, which a CPU
     # without native bf16 emulates (many times slower). Eager: compiling took minutes on 2 cores.

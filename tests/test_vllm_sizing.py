@@ -1,11 +1,11 @@
-"""How the in-process vLLM engine is sized (models/vllm_sizing.py): from the cell's requests, not from the
+"""How the in-process vLLM engine is sized (models/vllm/vllm_sizing.py): from the cell's requests, not from the
 model's whole context or a fraction of the machine (those failed to start on a 16 GiB machine)."""
 
 from __future__ import annotations
 
 import pytest
 
-from selfpref_sweep.models import vllm_sizing as sizing
+from selfpref_sweep.models.vllm import vllm_sizing as sizing
 
 QWEN05 = {"num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "hidden_size": 896,
           "max_position_embeddings": 32768}

@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 
 from selfpref_sweep.config import register_configs
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message, SequenceRequest
-from selfpref_sweep.models.vllm_engine import VLLMModel
+from selfpref_sweep.models.vllm.vllm_engine import VLLMModel
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 

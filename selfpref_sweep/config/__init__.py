@@ -22,10 +22,10 @@ from ..measurements.familiarity.familiarity_settings import FamiliaritySettings
 from ..measurements.placebo.placebo_settings import PlaceboSettings
 from ..measurements.recognition_classifier.classifier_settings import ClassifierSettings
 from ..measurements.surface_baseline.surface_settings import SurfaceSettings
-from ..models.local_settings import LocalSettings
-from ..models.openai_settings import EchoLogprobsMode as EchoLogprobsMode  # re-exported
-from ..models.openai_settings import OpenAISettings
-from ..models.vllm_settings import VllmSettings
+from ..models.local.local_settings import LocalSettings
+from ..models.openai.openai_settings import EchoLogprobsMode as EchoLogprobsMode  # re-exported
+from ..models.openai.openai_settings import OpenAISettings
+from ..models.vllm.vllm_settings import VllmSettings
 from ..schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE, PROBABILITY, Range, one_of, ranged
 from ..schema_fields import Switch as Switch  # re-exported: the config's three-way settings
 from ..schema_fields import unbounded
@@ -114,8 +114,8 @@ class AdapterConfig:
 @dataclass
 class ModelConfig(LocalSettings, VllmSettings, OpenAISettings):
     """A model (evaluator, source, reference): the fields every backend reads, here, and each backend's own, owned
-    by the backend (models/local_settings.py, models/vllm_settings.py, models/openai_settings.py) and flat in the
-    config (evaluator.generate_batch, evaluator.max_concurrency, ...)."""
+    by the backend (models/local/local_settings.py, models/vllm/vllm_settings.py, models/openai/openai_settings.py)
+    and flat in the config (evaluator.generate_batch, evaluator.max_concurrency, ...)."""
 
     name: str = MISSING
     backend: str = "local"  # a key of selfpref_sweep.models.BACKENDS (or of $SELFPREF_BACKENDS)
@@ -123,7 +123,7 @@ class ModelConfig(LocalSettings, VllmSettings, OpenAISettings):
     hf_id: Optional[str] = None
     revision: Optional[str] = None
     weights: Optional[WeightsConfig] = None
-    # auto: bfloat16 where the device computes it natively, else float32 (models/precision.py)
+    # auto: bfloat16 where the device computes it natively, else float32 (models/local/precision.py)
     dtype: str = "auto"
     # Chat models use their own chat template; base models use `completion_prompt`
     # (with {article}) and stop at `stop` strings.

@@ -20,7 +20,7 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 from ..cell.dataset_loaders import paper_key_of
 from ..cell.summaries import OWN_DATASET, OWN_GENERATED, own_origin
 from ..errors import ConfigError
-from ..models.precision import AUTO, resolve_dtype
+from ..models.local.precision import AUTO, resolve_dtype
 from ..records.schema import CellCoordinates, Transfer, transfer_of
 from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,

@@ -8,7 +8,7 @@ these makes a new one. Moving the data folder does not (no paths in the spec).
 
 A file lock serializes cells that need the same model (the second waits, then reuses); local adapters
 are written into a staging directory and renamed into place, so a killed run never leaves a
-half-written adapter that looks complete (the same pattern as models/weights.py). `finetune.json`,
+half-written adapter that looks complete (the same pattern as models/local/weights.py). `finetune.json`,
 written last, marks an entry as complete. A resumable trainer's progress lives beside the entry in
 `.checkpoint-<entry>.pt` until the entry is complete, so a killed training resumes rather than restarts.
 """

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..config import AdapterConfig, FinetuneTaskConfig, ModelConfig
 from ..errors import ConfigError
-from ..models.precision import AUTO, resolve_dtype
+from ..models.local.precision import AUTO, resolve_dtype
 from ..records.atomic import atomic_write
 from .adapters import spec_digest
 from .examples import ExampleSet, TrainingExample

@@ -96,7 +96,7 @@ class OpenAITrainer(Trainer):
         if self._client is None:
             import openai
 
-            from ..models.openai_api import DEFAULT_BASE_URL, NO_KEY, is_loopback
+            from ..models.openai.openai_api import DEFAULT_BASE_URL, NO_KEY, is_loopback
 
             base_url = str(self.base.base_url or DEFAULT_BASE_URL).rstrip("/")
             env = str(self.base.api_key_env or "OPENAI_API_KEY")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .cached import CachedModel
 
 # The call store and the model pool load when first used, not with the package: the config schema imports the
-# backends' settings modules (models/*_settings.py), and reading a config should not open the cache's machinery.
+# backends' settings modules (models/*/*_settings.py), and reading a config should not open the cache's machinery.
 _LAZY = {"CachedModel": ".cached", "POOL": ".pool"}
 
 
@@ -31,8 +31,8 @@ def __getattr__(name: str):
 # SELFPREF_BACKENDS="name=module:Class,..." adds backends (plugins, the test suite's double).
 BACKENDS: Dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
-    "openai": "selfpref_sweep.models.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
-    "vllm": "selfpref_sweep.models.vllm_engine:VLLMModel",  # vLLM in this process (a vLLM server: openai)
+    "openai": "selfpref_sweep.models.openai.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
+    "vllm": "selfpref_sweep.models.vllm.vllm_engine:VLLMModel",  # vLLM in this process (a vLLM server: openai)
 }
 
 

@@ -282,7 +282,7 @@ class ModelAPI(ABC):
     def sends_batches(cls, cfg) -> bool:
         """Whether this model's uncached calls go through a batch API, billed at `batch_price_factor` of the
         price. No, unless the backend has a batch path and the config asks for it (the OpenAI backend:
-        `batch: true`, models/openai_batch.py)."""
+        `batch: true`, models/openai/openai_batch.py)."""
         return False
 
     @classmethod

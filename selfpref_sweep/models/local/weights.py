@@ -21,7 +21,7 @@ from typing import List, Optional
 from filelock import FileLock
 
 
-from ..errors import ModelUnavailableError
+from ...errors import ModelUnavailableError
 from .precision import resolve_dtype
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ reach vLLM as token ids: both backends see the same tokens.
 - Familiarity: the prompt log-probabilities of prompt + continuation, summed over the continuation.
 Work goes to vLLM in slices of `SLICE` requests, so a killed run keeps every finished slice in the cache.
 
-The engine starts with the first requests, sized for them (models/vllm_sizing.py). By default
+The engine starts with the first requests, sized for them (models/vllm/vllm_sizing.py). By default
 (`vllm_reproducible`) each prompt is computed whole in one step from no cached prefix, on a GPU with vLLM's
 batch-invariant kernels, so a result depends on its own prompt only and a resumed sweep gets the uninterrupted
 one's bits; `vllm_reproducible=false` turns prefix caching and chunked prefill back on, and its results may move
@@ -28,14 +28,14 @@ import time
 from functools import cached_property
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
-from ..errors import ModelUnavailableError
-from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
+from ...errors import ModelUnavailableError
+from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
-from .local import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
-                    tokenizer_whitespace_ids)
+from ..local.local_model import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
+                                 tokenizer_whitespace_ids)
 from . import vllm_sizing as sizing
-from .precision import resolve_dtype
-from .weights import local_hf_dir, weights_fingerprint
+from ..local.precision import resolve_dtype
+from ..local.weights import local_hf_dir, weights_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class VLLMModel(ModelAPI):
     def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
         from importlib.util import find_spec
 
-        from .weights import weights_problem
+        from ..local.weights import weights_problem
 
         problems = []
         if find_spec("vllm") is None:

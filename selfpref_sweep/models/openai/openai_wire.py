@@ -10,8 +10,8 @@ from typing import List, Optional, Sequence, Tuple
 
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from ..errors import ConfigError
-from .base import AnswerDistribution, Generation, GenerateRequest, spells_answer
+from ...errors import ConfigError
+from ..base import AnswerDistribution, Generation, GenerateRequest, spells_answer
 
 log = logging.getLogger(__name__)
 

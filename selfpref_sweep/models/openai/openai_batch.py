@@ -53,10 +53,10 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from filelock import FileLock
 
-from ..errors import ConfigError, ModelUnavailableError
-from ..records.atomic import atomic_write_json
-from .base import AnswerDistribution, AnswerRequest, GenerateRequest, unique
-from .cached import CALL_STORE
+from ...errors import ConfigError, ModelUnavailableError
+from ...records.atomic import atomic_write_json
+from ..base import AnswerDistribution, AnswerRequest, GenerateRequest, unique
+from ..cached import CALL_STORE
 from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _usage,
                           distribution_from_top_logprobs, generation_from)
 

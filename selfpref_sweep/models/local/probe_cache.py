@@ -1,4 +1,4 @@
-"""The local backend's load-time probes, remembered between processes (models/local.py).
+"""The local backend's load-time probes, remembered between processes (models/local/).
 
 Whether output-layer rows, batched rows, or a prompt cut into pieces give the same bits as one alone is a property
 of the model's shapes, its numeric type, the device's kernels and the torch build, not of a run. Each probe runs
@@ -20,8 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from ..errors import StorageError
-from ..records.atomic import atomic_write_json
+from ...errors import StorageError
+from ...records.atomic import atomic_write_json
 from .precision import cpu_flags
 
 log = logging.getLogger(__name__)

@@ -1,16 +1,16 @@
-"""The in-process vLLM backend's settings (models/vllm_engine.py): fields of a model config."""
+"""The in-process vLLM backend's settings (models/vllm/vllm_engine.py): fields of a model config."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ..schema_fields import COUNT, Range, ranged
+from ...schema_fields import COUNT, Range, ranged
 
 
 @dataclass
 class VllmSettings:
-    # backend vllm (models/vllm_engine.py): results that depend on their own prompt only, whatever shared their
+    # backend vllm (models/vllm/vllm_engine.py): results that depend on their own prompt only, whatever shared their
     # batch, came before them or was cached. Each prompt is computed whole in one step from no cached prefix; on a
     # GPU with vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1) too. Costs prefix sharing (docs/vllm.md).
     # false: vLLM's fastest schedule, whose numbers may move in their last bits. Part of the cache key.

@@ -55,13 +55,13 @@ from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
-from ..errors import ConfigError, ModelUnavailableError
-from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
+from ...errors import ConfigError, ModelUnavailableError
+from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, spells_answer, unique)
 from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _safe_name, _usage,  # noqa: F401
                           distribution_from_top_logprobs, generation_from)
 from .openai_settings import MAX_TOP_LOGPROBS
-from .retry import is_transient, retrying, status_code
+from ..retry import is_transient, retrying, status_code
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ class OpenAIModel(ModelAPI):
 
     @classmethod
     def sends_batches(cls, cfg) -> bool:
-        """`batch: true`: a cell's uncached calls go through the Batch API (models/openai_batch.py)."""
+        """`batch: true`: a cell's uncached calls go through the Batch API (models/openai/openai_batch.py)."""
         return bool(_cfg_value(cfg, "batch", False))
 
     @classmethod

@@ -1,4 +1,4 @@
-"""The local backend's settings (models/local.py): fields of a model config (evaluator.*, source.*), each with its
+"""The local backend's settings (models/local/): fields of a model config (evaluator.*, source.*), each with its
 default and its allowed range; config.ModelConfig is made of these, the other backends' and the shared fields."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..schema_fields import COUNT, NON_NEGATIVE, Range, ranged
+from ...schema_fields import COUNT, NON_NEGATIVE, Range, ranged
 
 
 @dataclass
@@ -25,7 +25,7 @@ class LocalSettings:
     # position 0 and reused only at those boundaries; pieces of one shape from many prompts share a forward
     # where that cannot change a row's bits (see batch_invariant_rows). null (auto): on
     # where the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
-    # float32 (exact up to float32 rounding, and faster batched). models/local.py.
+    # float32 (exact up to float32 rounding, and faster batched). models/local/.
     batch_invariant: Optional[bool] = None
     batch_invariant_chunk: int = ranged(64, Range(low=1, high=4096, integer=True))
     # Local models, batch-invariant computation: rows of every forward (filled up with copies), for a device whose

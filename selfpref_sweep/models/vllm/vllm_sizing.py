@@ -1,4 +1,4 @@
-"""How large the in-process vLLM engine is made (models/vllm_engine.py): its longest sequence and, on a CPU, its
+"""How large the in-process vLLM engine is made (models/vllm/vllm_engine.py): its longest sequence and, on a CPU, its
 KV cache, both from what the cell asks of it rather than from the model and the machine.
 
 vLLM's own defaults size both for the largest case: `max_model_len` is the model's whole context (32,768 tokens

@@ -1,12 +1,12 @@
-"""The OpenAI backend's settings (OpenAI, OpenAI-compatible servers and the Batch API; models/openai_api.py,
-models/openai_batch.py): fields of a model config, each with its default and its allowed range."""
+"""The OpenAI backend's settings (OpenAI, OpenAI-compatible servers and the Batch API; models/openai/openai_api.py,
+models/openai/openai_batch.py): fields of a model config, each with its default and its allowed range."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
-from ..schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, Range, Switch, ranged
+from ...schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, Range, Switch, ranged
 
 MAX_TOP_LOGPROBS = 20  # the OpenAI API's limit
 
@@ -39,7 +39,7 @@ class OpenAISettings:
     # file holding it), rendered here to turn chat messages into the completions endpoint's prompt. null: chat
     # models are not scored (the completions endpoint takes a raw prompt only).
     chat_template: Optional[str] = None
-    # OpenAI Batch API (backend openai; models/openai_batch.py): a cell's uncached calls go as batches (JSONL
+    # OpenAI Batch API (backend openai; models/openai/openai_batch.py): a cell's uncached calls go as batches (JSONL
     # upload, one batch per at most batch_max_requests lines, 24 h window) at batch_price_factor of the price.
     # Each batch id is recorded in batch_dir (null: beside the call store, <store>.batches/), so a re-run
     # resumes polling the same batch. Polls wait batch_poll_s, doubling up to batch_poll_max_s; after

@@ -2,7 +2,7 @@
 
 Judging reads the full next-token distribution at the answer position and sums, for each answer,
 the probability of every vocabulary token that spells it ("1", " 1", ...). A batch of judge prompts
-is walked over its shared prefixes (models/prefix.py): each distinct prefix (chat header + article,
+is walked over its shared prefixes (models/local/prefix.py): each distinct prefix (chat header + article,
 then the first summary) goes through the model once into the KV cache, and the prompts that branch
 off at the same point are scored together in one padded batch on a read-only expansion of that cache.
 The caches of the prefixes computed are kept between calls in a bounded LRU (`prefix_cache_mb`), so the
@@ -35,7 +35,7 @@ the same tokens always meet the same shapes, and a result depends on its own pro
 not run one prompt at a time, though: every chunk at one depth has one shape, and so has every tail of one
 length on one boundary. How such pieces share a forward depends on the device:
 - On a CPU (`batch_invariant_rows: 0`) attention pads its keys to whole blocks of 512 and every forward's width
-  leaves 0 or 16+ rows in its last query block (models/key_blocks.py): then a token's numbers do not depend on
+  leaves 0 or 16+ rows in its last query block (models/local/key_blocks.py): then a token's numbers do not depend on
   how its prompt was cut into forwards or what shared them (`split_free`, probed once per model; true on the
   CPUs measured), and prompts are judged and scored over their shared prefixes like the batched schedule (the
   prefix trie; the answers read HEAD_ROWS at a time, each second position on its row's own cache cut to its
@@ -83,8 +83,8 @@ from functools import cached_property
 from itertools import groupby
 from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
-from ..errors import ModelUnavailableError
-from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
+from ...errors import ModelUnavailableError
+from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option, spells_answer)
 from .key_blocks import KEY_BLOCK, folded_heads, query_width, use_key_blocks
 from .precision import resolve_dtype
@@ -219,7 +219,7 @@ class LocalModel(ModelAPI):
         self.forward_tokens, self.kv_budget_bytes = 1024, 2 * 2 ** 30  # set for the device by _load
         self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
         self.rows = self.invariant_rows(cfg) if self.chunk else 0  # > 0: every such forward has this many rows
-        # On a CPU, batch-invariant computation pads attention's keys to whole blocks (models/key_blocks.py), so
+        # On a CPU, batch-invariant computation pads attention's keys to whole blocks (models/local/key_blocks.py), so
         # that where the device allows (`split_free`) prompts are judged over shared prefixes, as if each alone.
         self.key_blocks = self._key_blocks_for(self.chunk)
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
@@ -541,7 +541,7 @@ class LocalModel(ModelAPI):
 
     def _trie_tails(self, prompts: List[List[int]]) -> Iterator[Tuple[List[int], object, object]]:
         """(prompt indices, each one's last hidden state, the batch's cache) per forward that ends prompts: over
-        their shared prefixes (models/prefix.py), or without prefix reuse each prompt from scratch."""
+        their shared prefixes (models/local/prefix.py), or without prefix reuse each prompt from scratch."""
         if not self.prefix_reuse:
             for i, ids in enumerate(prompts):
                 last, cache = self._forward_last([ids], cache=None)
@@ -594,7 +594,7 @@ class LocalModel(ModelAPI):
 
     def _probe(self, name: str, params: str, run: Callable[[], bool]) -> bool:
         """A load-time probe's verdict, remembered with the converted weights for this model, device kind and
-        torch (models/probe_cache.py): a second load in a new process skips it."""
+        torch (models/local/probe_cache.py): a second load in a new process skips it."""
         return remembered(self.model_cache, probe_key(self.identity, self.device, name, params), run)
 
     @cached_property
@@ -617,7 +617,7 @@ class LocalModel(ModelAPI):
     @cached_property
     def split_free(self) -> bool:
         """Whether, with key blocks, this device gives a prompt's tokens the same bits however the prompt is cut
-        into forwards and batched (models/key_blocks.py): then batch-invariant judging and scoring run over shared
+        into forwards and batched (models/local/key_blocks.py): then batch-invariant judging and scoring run over shared
         prefixes like the batched schedule, with its numbers those of each prompt alone in one forward. Checked
         once: a prompt that crosses a key block, in one forward, in three pieces, and its last piece as a shorter
         row right-padded beside another prompt's on the same prefix."""
@@ -733,7 +733,7 @@ class LocalModel(ModelAPI):
         return -(-length // self.chunk) * self.chunk if self.rows else self._query_width(length)
 
     def _query_width(self, length: int) -> int:
-        """A forward's width for `length` new tokens: with key blocks its query width (models/key_blocks.py),
+        """A forward's width for `length` new tokens: with key blocks its query width (models/local/key_blocks.py),
         else the length itself."""
         return query_width(length) if self.key_blocks else length
 
