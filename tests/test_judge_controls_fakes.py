@@ -131,9 +131,10 @@ def test_a_judge_that_answers_every_question_alike_agrees_alike(compose_cfg, tmp
     assert agree["n_agreement"] >= 4
     assert agree["placebo_recognition"]["rate"] == agree["preference_recognition"]["rate"] == 1.0
     assert agree["placebo_recognition"]["ci_low"] == pytest.approx(agree["preference_recognition"]["ci_low"])
-    assert summary["placebo"]["alike"] is True and summary["placebo"]["setting"] == setting
+    # no discordant item on few articles: undetermined (alike needs 36 such items to bound the difference)
+    assert summary["placebo"]["reading"]["outcome"] == "undetermined" and summary["placebo"]["setting"] == setting
     assert summary["placebo"]["accuracy"]["mean"] < 0.5  # it picks the shorter when asked for the longer
-    assert "not told apart, the judge may answer these questions alike (McNemar: no discordant item)" in \
+    assert "undetermined, the data tell neither apart nor alike (McNemar: no discordant item; 95% upper bound" in \
         capsys.readouterr().out
 
 
@@ -149,13 +150,15 @@ def test_the_report_says_which_cells_mean_something(compose_cfg, tmp_path):
         run_cell(resolve_cell(cfg), sweep / backend)
     table = J.judge_controls_table(load_sweeps([sweep]).cells).set_index("evaluator")
     assert table.loc["position_eval", "verdict"].startswith("uninformative: the judge failed the competence")
-    assert table.loc["reader_eval", "verdict"] == "informative: the judge passes every control"
+    assert table.loc["reader_eval", "verdict"] == "informative: the judge passes every control (no link for the " \
+        "placebo to explain: preference agrees with recognition on 2 of 8 items)"
     # The alike judge reads the text for competence? It picks the shorter summary whatever is asked, so the
     # placebo ("which is longer?") is answered wrong: it does not read the question, or answers alike.
     assert table.loc["alike_eval", "verdict"].startswith("uninformative")
     assert J.verdict(pd.Series({"jc_passed": True})) == "unknown: placebo not run or too few articles"
     # An individual cell whose judge passes its (individual) competence control but not the pairwise placebo.
-    cell = {"jc_passed": True, "pl_enabled": True, "pl_accuracy_logodds_ci_low": -0.1, "pl_alike": False}
+    cell = {"jc_passed": True, "pl_enabled": True, "pl_accuracy_logodds_ci_low": -0.1, "pl_reading": "apart",
+            "pl_reading_evidence": "McNemar p = 0.001 on 12 discordant items"}
     assert J.verdict(pd.Series({**cell, "setting": "pairwise"})).startswith("uninformative: the judge does not")
     assert J.verdict(pd.Series({**cell, "setting": "individual"})).startswith("informative, with a caveat")
     assert J.verdict(pd.Series({**cell, "setting": "individual", "pl_asked": "pairwise"})).startswith(

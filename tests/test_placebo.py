@@ -150,12 +150,16 @@ def test_agreement_counts_the_same_items_for_both_rates_with_wilson_intervals():
     assert block["exclusions"] == {"low_answer_mass": 1} and block["accuracy"]["mean"] == pytest.approx(0.6)
     # Discordant: item 1 (only preference agrees), items 3 and 4 (only the placebo): McNemar p = 1.
     assert (agree["preference_only"], agree["placebo_only"]) == (1, 2) and agree["mcnemar_p"] == pytest.approx(1.0)
-    assert block["alike"] is True  # preference 4/6 > 1/2, and McNemar does not tell the two agreements apart
-    assert "not told apart, the judge may answer these questions alike (McNemar p = 1)" in format_placebo(block)
+    # preference 4/6 > 1/2; McNemar cannot reject on 3 discordant items, and 6 items cannot bound the difference
+    assert block["reading"]["outcome"] == "undetermined" and block["reading"]["mcnemar_p"] == pytest.approx(1.0)
+    assert "undetermined, the data tell neither apart nor alike (McNemar p = 1 on 3 discordant items; 95% upper " \
+           "bound on the difference" in format_placebo(block)
+    assert "McNemar needs 6 discordant items to be able to reject, there were 3" in format_placebo(block)
 
 
-def test_alike_is_decided_by_mcnemars_test_not_by_the_point_rates():
-    from selfpref_sweep.measurements.placebo.placebo_cell import answers_alike
+def test_the_reading_has_three_outcomes_each_from_its_own_test():
+    from selfpref_sweep.measurements.placebo import placebo_rule as R
+    from selfpref_sweep.measurements.placebo.placebo_cell import placebo_reading
 
     def block(n, pref, pref_only, placebo_only):
         placebo = pref - pref_only + placebo_only
@@ -163,19 +167,49 @@ def test_alike_is_decided_by_mcnemars_test_not_by_the_point_rates():
                 "preference_recognition": {"rate": pref / n, "count": pref},
                 "preference_only": pref_only, "placebo_only": placebo_only}
 
-    # 39 vs 38 of 40 (one item apart): the point rates differ, the paired test cannot tell them apart.
-    assert answers_alike(block(40, 39, 1, 0)) is True
-    assert answers_alike(block(40, 36, 16, 0)) is False  # McNemar p = 3e-5: preference follows more closely
-    assert answers_alike(block(40, 30, 0, 8)) is True  # the placebo agrees more: alike, not apart
-    assert answers_alike(block(40, 20, 5, 0)) is None  # preference agrees on half: no link to explain
-    assert answers_alike({**block(40, 30, 0, 0), "placebo_recognition": {"rate": None}}) is None
-    # the analysis reads its rows by the same rule
-    readings = {True: Q.ALIKE, False: Q.APART, None: Q.NO_LINK}
-    for pref in range(1, 11):
-        for pref_only in range(0, pref + 1):
-            for placebo_only in range(0, 11 - pref):
-                expected = readings[answers_alike(block(10, pref, pref_only, placebo_only))]
-                assert Q._reading(10, pref, pref_only, placebo_only) == expected
+    def outcome(*counts):
+        return placebo_reading(block(*counts)).outcome
+
+    # 39 vs 38 of 40 (one item apart): McNemar cannot reject, and 40 items do not bound the difference under 0.10
+    assert outcome(40, 39, 1, 0) == R.UNDETERMINED
+    assert outcome(40, 36, 16, 0) == R.APART  # McNemar p = 3e-5: preference follows more closely
+    assert outcome(40, 30, 0, 8) == R.ALIKE  # the placebo agrees more: the bound on preference's lead is below 0
+    assert outcome(40, 20, 5, 0) == R.NO_LINK  # preference agrees on half: no link to explain
+    assert placebo_reading({**block(40, 30, 0, 0), "placebo_recognition": {"rate": None}}) is None
+    # a 3-item cell is undetermined, and says what it lacked
+    three = placebo_reading(block(3, 3, 0, 0))
+    assert three.outcome == R.UNDETERMINED
+    assert "McNemar needs 6 discordant items" in three.evidence() and "about 36 items" in three.evidence()
+    # many concordant items read alike only once the bound holds: 35 do not, 36 do
+    assert (outcome(35, 35, 0, 0), outcome(36, 36, 0, 0)) == (R.UNDETERMINED, R.ALIKE)
+    assert R.upper_bound(35, 0, 0) >= R.MARGIN > R.upper_bound(36, 0, 0)
+
+
+def _trinomial_rate(n: int, p_b: float, p_c: float, says) -> float:
+    """The exact probability that the rule says `says` on n items drawn with P(only preference agrees) = p_b and
+    P(only the placebo) = p_c (the rest concordant, preference agreeing with recognition)."""
+    from scipy.stats import multinomial
+
+    from selfpref_sweep.measurements.placebo import placebo_rule as R
+
+    total = 0.0
+    for b in range(n + 1):
+        for c in range(n + 1 - b):
+            if R.read(n, n - c, b, c).outcome == says:
+                total += multinomial.pmf([b, c, n - b - c], n, [p_b, p_c, 1 - p_b - p_c])
+    return total
+
+
+@pytest.mark.parametrize("n", [10, 20, 36, 50])
+def test_each_outcome_holds_its_rate_where_its_claim_is_false(n):
+    from selfpref_sweep.measurements.placebo import placebo_rule as R
+
+    # "alike" where preference in truth leads by the margin: at most 5%, at any discordance
+    for p_c in (0.0, 0.05, 0.2):
+        assert _trinomial_rate(n, p_c + R.MARGIN, p_c, R.ALIKE) <= R.ALPHA
+    # "told apart" where the two agree with recognition equally often: at most 5%
+    for p in (0.05, 0.2, 0.4):
+        assert _trinomial_rate(n, p, p, R.APART) <= R.ALPHA
 
 
 def test_the_record_flattens_into_the_agreed_columns():
@@ -221,13 +255,14 @@ def test_the_report_section_reads_each_cell(compose_cfg, tmp_path, monkeypatch):
     md = result.report_md.read_text()
     assert f"## {Q.SECTION}" in md
     section = md.split(f"## {Q.SECTION}", 1)[1].split("\n## ", 1)[0]
-    assert "In 2 of 2 cell(s) with a placebo McNemar's test does not tell the placebo's agreement with " \
-           "recognition from preference's: there the recognition-preference link may be the judge answering every " \
-           "question alike" in section
+    # 8 articles cannot bound the difference under the margin, nor can McNemar reject on no discordant item
+    assert "Of the 2 cell(s) with a placebo: told apart 0; alike 0; undetermined 2; no link to explain 0." in section
     assert "1 cell(s) have no placebo measured (1: judge.placebo=auto is off for the fake judge" in section
     table = result.tables[Q.NAME]
     assert list(table["level"]) == ["cell", "cell", "cell", "pooled"]
-    assert list(table["reading"])[:2] == [Q.ALIKE, Q.ALIKE] and table["reading"][2].startswith(Q.NO_PLACEBO)
+    readings = list(table["reading (test: p; bound)"])
+    assert all(r.startswith(Q.UNDETERMINED) and "McNemar" in r for r in readings[:2])
+    assert readings[2].startswith(Q.NO_PLACEBO)
     assert table["placebo agrees with recognition"][3] == table["preference agrees with recognition"][3]
 
 
@@ -247,7 +282,9 @@ def test_slopes_and_agreement_from_item_frames():
     pooled = frame.iloc[3]
     assert pooled["pref_slope"] == pytest.approx(0.8, abs=0.1) and pooled["pref_slope_ci_low"] > 0.5
     assert pooled["placebo_slope_ci_low"] < 0 < pooled["placebo_slope_ci_high"]
-    assert pooled["reading"] == Q.APART and pooled["n_agreement"] == 80 and pooled["mcnemar_p"] < 0.05
+    # the pooled row's cells share articles: tested at the article level, not by McNemar over dependent pairs
+    assert pooled["reading"] == Q.APART and pooled["n_agreement"] == 80 and pooled["p"] < 0.05
+    assert pooled["test"] == Q.POOLED_TEST and "over 40 articles" in pooled["evidence"]
     assert frame.iloc[2]["reading"].startswith(f"{Q.NO_PLACEBO}: the cell records no placebo block")
 
 

@@ -16,9 +16,10 @@ from selfpref_sweep.analysis.simulate import SimulationSpec, write_sweep
 from selfpref_sweep.measurements.placebo import placebo_report as Q
 
 VERDICTS = ("one common line", "no common line", "positive shift", "negative shift", "inconclusive",
-            "alike", "more closely", "specific to recognition", "not told apart")
+            "alike", "more closely", "specific to recognition", "not told apart", "told apart", "undetermined")
 # What may stand beside a verdict: a p-value, an interval, or the named test whose figures are in the same row.
-EVIDENCE = re.compile(r"p = [0-9]|\bp\b.*[0-9]\.[0-9]|\[[-+−]?[0-9.]+, [-+−]?[0-9.]+\]|McNemar|TOST|interaction test")
+EVIDENCE = re.compile(r"p = [0-9]|\bp\b.*[0-9]\.[0-9]|\[[-+−]?[0-9.]+, [-+−]?[0-9.]+\]|McNemar p|"
+                      r"upper bound (on the difference )?[-0-9]|TOST|interaction test")
 
 
 @pytest.fixture(scope="module")
@@ -65,5 +66,6 @@ def test_placebo_readings_carry_mcnemars_p() -> None:
         rows.append({**cells[0], "article_id": f"a{i}", "rec_logodds": rec, "pref_logodds": pref, "pl_logodds": pl})
     table = Q.sensitivity_table(type("D", (), {"cells": pd.DataFrame(cells), "items": pd.DataFrame(rows)})())
     row = table.iloc[0]
-    assert row["reading"] == Q.ALIKE
-    assert row["McNemar p (only preference agrees / only the placebo)"] == "1.000 (1 / 0)"
+    assert row["reading (test: p; bound)"].startswith(Q.UNDETERMINED)
+    assert "McNemar p = 1 on 1 discordant item" in row["reading (test: p; bound)"]
+    assert row["only preference agrees / only the placebo"] == "1 / 0"

@@ -237,14 +237,14 @@ def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: flo
             "mcnemar_p": _finite(placebo_rule.mcnemar_p(pref_only, placebo_only)) if "preference" in asked else None}
 
 
-def answers_alike(agree: Mapping[str, Any]) -> Optional[bool]:
-    """The verdict of placebo_rule.answers_alike on the agreement block (McNemar's exact test on the items
-    where exactly one of preference and the placebo agrees with recognition); None where a rate is missing."""
-    pl, pref = agree["placebo_recognition"]["rate"], agree["preference_recognition"]["rate"]
-    if pl is None or pref is None:
+def placebo_reading(agree: Mapping[str, Any]) -> Optional[placebo_rule.PlaceboReading]:
+    """placebo_rule's reading of the agreement block (told apart, alike, undetermined or no link, with its test
+    figures); None where a rate is missing (no recognition or no preference verdict)."""
+    pl, pref = block(agree, "placebo_recognition").get("rate"), block(agree, "preference_recognition").get("rate")
+    if pl is None or pref is None or "preference_only" not in agree:
         return None
-    return placebo_rule.answers_alike(int(agree["n_agreement"]), int(agree["preference_recognition"]["count"]),
-                                      int(agree["preference_only"]), int(agree["placebo_only"]))
+    return placebo_rule.read(int(agree["n_agreement"]), int(agree["preference_recognition"]["count"]),
+                             int(agree["preference_only"]), int(agree["placebo_only"]))
 
 
 def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confidence: float) -> Dict[str, Any]:
@@ -268,8 +268,12 @@ def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confide
             "accuracy_logodds": article_mean([r["correct_logodds"] for _, r in graded], ids, confidence),
             "own": article_mean([r["score"] for r in scored.values()], list(scored), confidence, bounded=True),
             "n": len(graded), "n_ties": len(scored) - len(graded), "n_excluded": len(records) - len(scored),
-            "exclusions": reasons, "agreement": agree, "alike": answers_alike(agree),
+            "exclusions": reasons, "agreement": agree, "reading": _reading_dict(placebo_reading(agree)),
             "calls": sum(len(s) for it in stage.answer_items for s in it.by_question.values())}
+
+
+def _reading_dict(reading: Optional[placebo_rule.PlaceboReading]) -> Optional[Dict[str, Any]]:
+    return reading.to_dict() if reading is not None else None
 
 
 # ------------------------------------------------------------------------------------------- read back
@@ -291,13 +295,15 @@ def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
     line = (f"{head}; agrees with recognition {estimate_text(block(agree, 'placebo_recognition'), 'rate')}, preference "
             f"agrees with recognition {estimate_text(block(agree, 'preference_recognition'), 'rate')} "
             f"(n={agree['n_agreement']})")
-    test = f"McNemar p = {agree['mcnemar_p']:.3g}" if isinstance(agree.get("mcnemar_p"), float) and \
-        math.isfinite(agree["mcnemar_p"]) else "McNemar: no discordant item"
-    if summary_block.get("alike") is True:
-        line += f": not told apart, the judge may answer these questions alike ({test})"
-    elif summary_block.get("alike") is False:
-        line += f": preference follows recognition more closely than the placebo does ({test})"
+    reading = placebo_reading(agree)
+    if reading is not None and reading.outcome in _LINE:
+        line += f": {_LINE[reading.outcome]} ({reading.evidence()})"
     return line
+
+
+_LINE = {placebo_rule.APART: "preference follows recognition more closely than the placebo does",
+         placebo_rule.ALIKE: "alike, the judge may answer these questions alike",
+         placebo_rule.UNDETERMINED: "undetermined, the data tell neither apart nor alike"}
 
 
 def view_placebo(record: Any) -> Optional[Dict[str, Any]]:
@@ -333,7 +339,8 @@ def _rate_columns(stats: Dict[str, Any], column: str) -> Dict[str, float]:
 def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
     """summary.json's block flattened into the analysis' cell frame (pl_*; {} block: an older cell)."""
     agree = block(summary_block, "agreement")
-    alike = summary_block.get("alike")
+    # read again from the counts, so a sweep written under an older rule gets this one's reading
+    reading = placebo_reading(agree) if agree.get("n_agreement") is not None else None
     return {"pl_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
             "pl_question": summary_block.get("question"),
             "pl_asked": summary_block.get("asked"),  # pairwise, or individual (one summary at a time)
@@ -341,7 +348,8 @@ def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
             **numbers(block(summary_block, "accuracy_logodds"), "pl_accuracy_logodds", CI_FIELDS),
             **{k: v for column, key in _AGREE.items() for k, v in _rate_columns(block(agree, key), column).items()},
             "pl_n_agreement": number(agree.get("n_agreement")),
-            "pl_alike": alike if isinstance(alike, bool) else None,
+            "pl_reading": reading.outcome if reading is not None else None,
+            "pl_reading_evidence": reading.evidence() if reading is not None else "",
             **numbers(summary_block, "pl", {"n": "n", "n_excluded": "n_excluded"}),
             "pl_reason": str(summary_block.get("reason") or "")}
 
@@ -358,7 +366,7 @@ class PlaceboMeasurement(Measurement):
     cell_column_names = ("pl_enabled", "pl_question", "pl_asked", *(f"pl_accuracy_{k}" for k in CI_FIELDS),
                          *(f"pl_accuracy_logodds_{k}" for k in CI_FIELDS),
                          *(f"{column}{k}" for column in _AGREE for k in ("", "_ci_low", "_ci_high")),
-                         "pl_n_agreement", "pl_alike", "pl_n", "pl_n_excluded", "pl_reason")
+                         "pl_n_agreement", "pl_reading", "pl_reading_evidence", "pl_n", "pl_n_excluded", "pl_reason")
     item_column_names = ("pl_score", "pl_logodds", "pl_truth", "pl_correct")
 
     def prepare(self, inputs, judge, judge_cfg) -> Stage:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import flag, number
 from . import placebo_rule
-from ...stats.clustered import too_few_clusters
+from ...stats.clustered import ClusteredOLS, too_few_clusters
 from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
 from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from ...analysis.method_texts import method_text
@@ -41,9 +41,14 @@ NAME = "question_sensitivity"  # the report item's (and its table's) name
 SECTION = "Does the judge read the question? A placebo question"
 NO_PLACEBO = "no placebo measured"
 _LOGODDS = ("rec_logodds", "pref_logodds", "pl_logodds")
-ALIKE = "not told apart: the judge may answer every question alike"
-APART = "preference follows recognition more closely than the placebo does"
+ALIKE = "alike: the judge may answer every question alike"
+APART = "told apart: preference follows recognition more closely than the placebo does"
+UNDETERMINED = "undetermined: the data tell neither apart nor alike"
 NO_LINK = "no link to explain: preference agrees with recognition on half the items or fewer"
+_WORDS = {placebo_rule.APART: APART, placebo_rule.ALIKE: ALIKE, placebo_rule.UNDETERMINED: UNDETERMINED,
+          placebo_rule.NO_LINK: NO_LINK}
+CELL_TEST = "McNemar's exact test; Clopper-Pearson bound"
+POOLED_TEST = "article-clustered t (CR2, Bell-McCaffrey df)"
 
 
 @dataclass
@@ -70,8 +75,11 @@ class SensitivityRow:
     pref_agree: int = 0
     preference_only: int = 0  # discordant items: preference agrees with recognition, the placebo does not
     placebo_only: int = 0  # ... and the reverse
-    mcnemar_p: float = math.nan  # McNemar's exact test on them (placebo_rule), which decides the reading
-    reading: str = ""  # ALIKE, APART, NO_LINK, or why there is no placebo
+    test: str = ""  # CELL_TEST (placebo_rule) for a cell; POOLED_TEST for cells that share articles
+    p: float = math.nan  # the test of no difference (told apart: p < 0.05 with preference ahead)
+    upper: float = math.nan  # the 95% upper bound on the difference (alike: below placebo_rule.MARGIN)
+    evidence: str = ""  # the test's figures in words, printed beside the reading
+    reading: str = ""  # APART, ALIKE, UNDETERMINED, NO_LINK, or why there is no placebo
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -107,25 +115,62 @@ def _agreement(df: pd.DataFrame) -> tuple[int, int, int, int, int]:
     return len(chosen), int(placebo.sum()), int(pref.sum()), int((pref & ~placebo).sum()), int((placebo & ~pref).sum())
 
 
-def _reading(n: int, pref: int, preference_only: int, placebo_only: int) -> str:
-    """The row's plain reading, by the cell's own rule (placebo_rule.answers_alike: McNemar's exact test on the
-    discordant items)."""
-    if n == 0:
-        return "no item with a choice in all three questions"
-    alike = placebo_rule.answers_alike(n, pref, preference_only, placebo_only)
-    return NO_LINK if alike is None else ALIKE if alike else APART
+def _cell_reading(row: SensitivityRow) -> None:
+    """A cell's reading, by the cell's own rule (placebo_rule.read: its items are distinct articles)."""
+    reading = placebo_rule.read(row.n_agreement, row.pref_agree, row.preference_only, row.placebo_only)
+    row.test, row.p, row.upper = CELL_TEST, reading.mcnemar_p, reading.upper
+    row.evidence, row.reading = reading.evidence(), _WORDS[reading.outcome]
+
+
+def _pooled_reading(df: pd.DataFrame, row: SensitivityRow) -> None:
+    """A pooled row's reading at the article level: its cells share articles, so its items are not independent
+    pairs and McNemar's test does not apply. Each item scores +1 (only preference agrees with recognition), -1
+    (only the placebo) or 0; their mean is the difference d, tested and bounded by OLS on a constant with CR2
+    errors clustered by article: told apart when p < 0.05 with d > 0, alike when the one-sided 95% upper bound
+    is below the margin, else undetermined (also with too few articles for a clustered test)."""
+    signs = np.sign(df[list(_LOGODDS)].to_numpy(float))
+    chosen = np.all(signs != 0, axis=1)
+    pref, placebo = signs[chosen, 1] == signs[chosen, 0], signs[chosen, 2] == signs[chosen, 0]
+    z = (pref & ~placebo).astype(float) - (placebo & ~pref).astype(float)
+    articles = df["_article"].to_numpy()[chosen]
+    row.test = POOLED_TEST
+    why = too_few_clusters(articles)
+    if why:
+        word = placebo_rule.UNDETERMINED if row.pref_agree / row.n_agreement > 0.5 else placebo_rule.NO_LINK
+        row.evidence, row.reading = why, _WORDS[word]
+        return
+    if np.ptp(z) == 0:  # every item alike (say, none discordant): no variance to cluster; the exact rule
+        _cell_reading(row)
+        row.test = f"{CELL_TEST} (every item scores {z[0]:+.0f}, so clustering changes nothing)"
+        return
+    fit = ClusteredOLS(np.ones((len(z), 1)), z, articles, ["d"])
+    test, bound = fit.coef("d", ALPHA), fit.coef("d", 2 * ALPHA)
+    row.p, row.upper = test.p, bound.ci_high
+    if row.pref_agree / row.n_agreement <= 0.5:
+        word = placebo_rule.NO_LINK
+    elif test.p < ALPHA and test.estimate > 0:
+        word = placebo_rule.APART
+    else:
+        word = placebo_rule.ALIKE if bound.ci_high < placebo_rule.MARGIN else placebo_rule.UNDETERMINED
+    row.evidence = (f"d = {test.estimate:.3f} over {fit.n_clusters} articles, p = {fmt_p(test.p)}; 95% upper "
+                    f"bound {bound.ci_high:.3f} against the margin {placebo_rule.MARGIN:.2f}")
+    row.reading = _WORDS[word]
 
 
 def fit_group(df: pd.DataFrame, row: SensitivityRow) -> SensitivityRow:
-    """Fill a row's slopes and agreement counts from its items (placebo_items)."""
+    """Fill a row's slopes, agreement counts and reading from its items (placebo_items)."""
     row.n, row.n_cells = len(df), int(df["cell_id"].nunique())
     row.pref_slope, row.pref_slope_ci_low, row.pref_slope_ci_high, why = _slope(df, "pref_logodds")
     row.no_interval = why
     (row.placebo_slope, row.placebo_slope_ci_low, row.placebo_slope_ci_high,
      row.placebo_no_interval) = _slope(df, "pl_logodds")
     row.n_agreement, row.placebo_agree, row.pref_agree, row.preference_only, row.placebo_only = _agreement(df)
-    row.mcnemar_p = placebo_rule.mcnemar_p(row.preference_only, row.placebo_only)
-    row.reading = _reading(row.n_agreement, row.pref_agree, row.preference_only, row.placebo_only)
+    if not row.n_agreement:
+        row.reading = "no item with a choice in all three questions"
+    elif row.level == "pooled":
+        _pooled_reading(df, row)
+    else:
+        _cell_reading(row)
     return row
 
 
@@ -188,15 +233,14 @@ def sensitivity_table(data: Any) -> pd.DataFrame:
                                                                r.placebo_slope_ci_high, r.placebo_no_interval),
             "placebo agrees with recognition": fmt_proportion(r.placebo_agree, r.n_agreement) if measured else DASH,
             "preference agrees with recognition": fmt_proportion(r.pref_agree, r.n_agreement) if measured else DASH,
-            "McNemar p (only preference agrees / only the placebo)":
-                f"{fmt_p(r.mcnemar_p)} ({r.preference_only} / {r.placebo_only})" if measured and r.n_agreement
-                else DASH,
-            "reading": r.reading})
+            "only preference agrees / only the placebo": f"{r.preference_only} / {r.placebo_only}"
+                if measured and r.n_agreement else DASH,
+            "reading (test: p; bound)": f"{r.reading} ({r.test}: {r.evidence})" if r.evidence else r.reading})
     return pd.DataFrame(rows, columns=["level", "cell / group", "setting", "label", "items",
                                        "preference ~ recognition slope [95% CI]",
                                        "placebo ~ recognition slope [95% CI]", "placebo agrees with recognition",
                                        "preference agrees with recognition",
-                                       "McNemar p (only preference agrees / only the placebo)", "reading"])
+                                       "only preference agrees / only the placebo", "reading (test: p; bound)"])
 
 
 _WHAT_TEXT = method_text("question_sensitivity", PACKAGE)
@@ -208,18 +252,21 @@ def sensitivity_text(result: Any) -> str:
     if frame.empty:
         return _WHAT_TEXT + "\n\nNo complete cell."
     cells = frame[frame["level"] == "cell"]
-    alike = cells[cells["reading"] == ALIKE]["group"].tolist()
     missing = cells[cells["reading"].str.startswith(NO_PLACEBO)]
     measured = len(cells) - len(missing)
     if not measured:
         outcome = "No cell measured the placebo question, so this sweep cannot tell whether its judges read the question."
-    elif alike:
-        outcome = (f"In {len(alike)} of {measured} cell(s) with a placebo McNemar's test does not tell the "
-                   f"placebo's agreement with recognition from preference's: there the recognition-preference "
-                   f"link may be the judge answering every question alike ({'; '.join(alike)}).")
     else:
-        outcome = (f"In none of the {measured} cell(s) with a placebo does McNemar's test leave the placebo's "
-                   f"agreement with recognition indistinguishable from preference's.")
+        counts = [(word.split(":")[0], cells[cells["reading"] == word]["group"].tolist())
+                  for word in (APART, ALIKE, UNDETERMINED, NO_LINK)]
+        outcome = (f"Of the {measured} cell(s) with a placebo: " +
+                   "; ".join(f"{name} {len(groups)}" for name, groups in counts) + ".")
+        for name, groups in counts[1:3]:
+            if groups:
+                outcome += f" {name.capitalize()}: {'; '.join(groups)}."
+        if counts[1][1]:
+            outcome += (" There the placebo follows recognition within the margin of how closely preference does, "
+                        "so the recognition-preference link may be the judge answering every question alike.")
     if len(missing):
         reasons = missing["reading"].str.slice(len(NO_PLACEBO) + 2).value_counts()
         outcome += (f" {len(missing)} cell(s) have {NO_PLACEBO} (" +
@@ -247,10 +294,11 @@ def asked_individually(cell: pd.Series) -> bool:
     return cell.get("pl_asked") == "individual"
 
 
-def alike(cell: pd.Series) -> Optional[bool]:
-    """The cell's summary.json reading: McNemar's test does not tell the placebo's agreement with recognition from
-    preference's (placebo_rule)."""
-    return flag(cell.get("pl_alike"))
+def reading(cell: pd.Series) -> tuple[Optional[str], str]:
+    """The cell's placebo reading (placebo_rule: apart, alike, undetermined, no link; None: none) and its test's
+    figures in words."""
+    outcome = cell.get("pl_reading")
+    return (outcome if isinstance(outcome, str) else None), str(cell.get("pl_reading_evidence") or "")
 
 
 def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:
@@ -260,12 +308,11 @@ def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:
         return not_run, not_run
     accuracy = (f"log-odds {fmt(cell.get('pl_accuracy_logodds_mean'))} "
                 f"{fmt_ci(cell.get('pl_accuracy_logodds_ci_low'), cell.get('pl_accuracy_logodds_ci_high'))}; "
-                f"P(correct) {fmt(cell['pl_accuracy_mean'])}")
-    state = alike(cell)
-    agreement = (f"placebo {fmt(cell['pl_agree_recognition'])} vs preference "
-                 f"{fmt(cell['pl_pref_agree_recognition'])}")
-    word = "alike" if state else "apart" if state is False else "no link to explain"
-    return accuracy, f"{word} ({agreement})"
+                f"P(correct) {fmt(cell.get('pl_accuracy_mean'))}")
+    outcome, evidence = reading(cell)
+    agreement = (f"placebo {fmt(cell.get('pl_agree_recognition'))} vs preference "
+                 f"{fmt(cell.get('pl_pref_agree_recognition'))}")
+    return accuracy, f"{outcome or DASH} ({agreement}; {evidence})" if evidence else f"{outcome or DASH} ({agreement})"
 
 
 ITEMS = (ReportItem(NAME, SECTION, sensitivity_text, lambda r: sensitivity_table(r.data)),)
