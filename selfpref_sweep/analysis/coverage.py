@@ -34,7 +34,7 @@ from .units import SCALES
 
 ALPHA = 0.05
 TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07)}
-HOLDS, FAILS, MC_ERROR = "holds", "does not hold", "within MC error"
+HOLDS, FAILS, UNDECIDED = "holds", "does not hold", "undecided"
 _Z = 1.96  # the Monte Carlo interval: estimate ± 1.96 MC SE
 _NULL = 1e-12  # a true Δ this small is 0 (the design plants exact zeros)
 _ALL = GROUPINGS[0][0]  # "setting × label": every dataset of the condition
@@ -402,18 +402,19 @@ class Cell:
 
 
 def verdict(rate: float, se: float, kind: str, reps: int) -> str:
-    """Against the target: holds when the MC interval (rate ± 1.96 SE) lies inside it, does not hold when it
-    lies wholly outside, within MC error when it straddles an edge. Where every rep agreed (rate 0 or 1, SE 0)
-    the interval is the rule of three's, [0, 3/reps] or [1 − 3/reps, 1]: a few reps prove nothing."""
+    """Against the target: holds when the rate itself lies inside it; does not hold when its whole MC interval
+    (rate ± 1.96 SE) lies outside; otherwise undecided (the rate outside, its interval reaching in), and an
+    undecided row needs more reps (coverage mode's --until-decided), never a pass. Where every rep agreed (rate
+    0 or 1, SE 0) the interval is the rule of three's, [0, 3/reps] or [1 − 3/reps, 1]."""
     lo, hi = TARGETS[kind]
+    if lo <= rate <= hi:
+        return HOLDS
     mc_lo, mc_hi = rate - _Z * se, rate + _Z * se
     if se == 0 and rate in (0.0, 1.0):
         mc_lo, mc_hi = (0.0, 3 / reps) if rate == 0 else (1 - 3 / reps, 1.0)
-    if lo <= mc_lo and mc_hi <= hi:
-        return HOLDS
     if mc_hi < lo or mc_lo > hi:
         return FAILS
-    return MC_ERROR
+    return UNDECIDED
 
 
 def aggregate(reps: Iterable[Counts], kind: str) -> Cell:
@@ -428,7 +429,7 @@ def aggregate(reps: Iterable[Counts], kind: str) -> Cell:
     rate = float(h.sum() / t.sum())
     n = len(t)
     se = float(math.sqrt(np.sum((h - rate * t) ** 2) * n / max(n - 1, 1)) / t.sum()) if n > 1 else math.nan
-    return Cell(rate, se, int(t.sum()), missing, verdict(rate, se, kind, n) if math.isfinite(se) else MC_ERROR)
+    return Cell(rate, se, int(t.sum()), missing, verdict(rate, se, kind, n) if math.isfinite(se) else UNDECIDED)
 
 
 def coverage_table(records: Iterable[Mapping[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -450,6 +451,16 @@ def coverage_table(records: Iterable[Mapping[str, Any]]) -> dict[str, pd.DataFra
             if any(line[f"{n} articles"] is not None for n in ns):
                 rows.append(line)
         out[setting] = pd.DataFrame(rows)
+    return out
+
+
+def undecided(tables: Mapping[str, pd.DataFrame]) -> list[tuple[str, int]]:
+    """The (setting, article count) pairs with an undecided row: where more reps are needed."""
+    out = []
+    for setting, df in tables.items():
+        for col in [c for c in df.columns if c.endswith(" articles")]:
+            if any(isinstance(cell, Cell) and cell.verdict == UNDECIDED for cell in df[col]):
+                out.append((setting, int(col.split()[0])))
     return out
 
 

@@ -44,7 +44,7 @@ from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS
 from ..models.base import AnswerDistribution
 from ..records.schema import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
                               Verdict, transfer_of)
-from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, table_records, true_fits
+from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, table_records, true_fits, undecided
 from .fit import GROUPINGS, fit_formula
 from .load import evaluator_variant
 from .units import kept_items, unit_means
@@ -528,11 +528,12 @@ def coverage_rep(task: tuple[CoverageDesign, str, int, int, int]) -> dict[str, A
 
 
 def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts: Sequence[int], reps: int,
-                 seed: int = 0, workers: int = 1, cache: Optional[Path] = None) -> list[dict[str, Any]]:
+                 seed: int = 0, workers: int = 1, cache: Optional[Path] = None,
+                 prior: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Reps 0..reps-1 of every setting × article count; with ``cache`` (a JSONL file) the reps already there
     (same design and seed) are reused and every new one is appended as it finishes, so an interrupted run
-    resumes and a larger --reps adds to a smaller one."""
-    done: dict[tuple, dict] = {}
+    resumes and a larger --reps adds to a smaller one. ``prior``: records already in hand, reused the same way."""
+    done: dict[tuple, dict] = {(r["setting"], r["n_articles"], r["rep"]): r for r in prior if r["seed"] == seed}
     if cache is not None and cache.is_file():
         for line in cache.read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
@@ -577,7 +578,8 @@ def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str
         "the arms' population values.", "",
         "Each row: the rate over all reps (pooled over the units, arms or groups it names), ± its Monte Carlo SE "
         "(clustered by rep), and against the target (95% intervals cover 93–97%, 5% tests reject 3–7%): holds "
-        "(rate ± 1.96 SE inside), does not hold (wholly outside), within MC error (straddles an edge).",
+        "(the rate inside), does not hold (rate ± 1.96 SE wholly outside), undecided (the rate outside, its MC "
+        "interval reaching in: more reps are needed, --until-decided).",
         "", COVERAGE_NOT_SCORED])
 
 
@@ -595,6 +597,7 @@ def coverage_main(args: argparse.Namespace, command: str) -> int:
     records = run_coverage(design, settings, counts, args.reps, seed=args.seed, workers=args.workers,
                            cache=args.cache)
     tables = coverage_table(records)
+    records, tables = _until_decided(design, args, records, tables)
     text = markdown(tables, coverage_header(design, command, time.perf_counter() - start))
     print(text)
     if args.out_md is not None:
@@ -605,6 +608,27 @@ def coverage_main(args: argparse.Namespace, command: str) -> int:
         payload = {**table_records(tables, command), "design": asdict(design)}
         args.out_json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _until_decided(design: CoverageDesign, args: argparse.Namespace, records: list[dict[str, Any]],
+                   tables: dict[str, pd.DataFrame]) -> tuple[list[dict[str, Any]], dict[str, pd.DataFrame]]:
+    """--until-decided N: where a row is undecided (coverage.verdict), double that setting × article count's
+    reps (up to N) and score again, until every row holds or fails, or N is reached (the table says how many reps
+    each column has)."""
+    reps = {(r["setting"], r["n_articles"]): args.reps for r in records}
+    while True:
+        todo = [(s, n) for s, n in undecided(tables) if reps[(s, n)] < args.until_decided]
+        if not todo:
+            return records, tables
+        for s, n in todo:
+            reps[(s, n)] = min(2 * reps[(s, n)], args.until_decided)
+            print(f"undecided rows at {s}, {n} articles: {reps[(s, n)]} reps", file=sys.stderr, flush=True)
+            more = run_coverage(design, [s], [n], reps[(s, n)], seed=args.seed, workers=args.workers,
+                                cache=args.cache, prior=records)
+            kept = {(r["setting"], r["n_articles"], r["rep"]): r for r in records}
+            kept.update({(r["setting"], r["n_articles"], r["rep"]): r for r in more})
+            records = list(kept.values())
+        tables = coverage_table(records)
 
 
 # --- the command ----------------------------------------------------------------------------------
@@ -733,6 +757,8 @@ def _add_coverage_args(p: argparse.ArgumentParser) -> None:
     c.add_argument("--coverage", action="store_true",
                    help="print the coverage of every scored interval and the size of every scored test")
     c.add_argument("--reps", type=int, default=200, help="simulated sweeps per setting and article count")
+    c.add_argument("--until-decided", type=int, default=0, metavar="MAX_REPS",
+                   help="double the reps of a setting x article count with an undecided row, up to MAX_REPS")
     c.add_argument("--articles", default="10,20", help="articles per cell, comma-separated (default %(default)s)")
     c.add_argument("--settings", default=",".join(COVERAGE_SETTINGS), help="default %(default)s")
     c.add_argument("--workers", type=int, default=2, help="processes (default %(default)s)")
