@@ -135,19 +135,17 @@ def test_the_interaction_test_is_labelled_by_the_study_of_the_sweeps_design():
 
 def test_a_common_line_reading_carries_the_interaction_tests_label():
     """"One/no common line" rests on the interaction test: where that test is off its size for the sweep's
-    design, the specificity row's calibration column says so beside the shift's own label."""
-    def row(verdict):
-        return SpecificityResult(level=LEVEL_UNIT, group_by=POOLED, group="x", n=12, n_recognition=6, n_control=6,
-                                 ok=True, shift=0.01, ci_low=-0.02, ci_high=0.04, p=0.4, margin=0.05,
-                                 verdict=verdict)
-    no_line, one_line, inconclusive, _ = labels(T.specificity_table(
-        [row("no common line: the shift is within ±0.05 (TOST p = 0.010), but the interaction test rejects a "
-             "common slope (p = 0.020)"),
-         row("one common line: the shift is within ±0.05 (TOST p = 0.010) and the interaction test does not "
-             "reject a common slope (p = 0.400)"),
-         row("inconclusive: neither a shift nor equivalence within ±0.05")]
-        + [SpecificityResult(level=LEVEL_UNIT, group_by=PER_DATASET, group="y", n=6, n_recognition=3,
-                             n_control=3, ok=False)], replicated=True))
-    for label in (no_line, one_line):
-        assert "the interaction test behind this reading over-rejects pooled over datasets" in label
-    assert "interaction test" not in inconclusive
+    design, the corrected shift's row (the one read) says so beside the shift's own label."""
+    def fit(what, method, **figures):
+        return RS.ResampledFit(what=what, level=LEVEL_UNIT, group_by=PER_DATASET, group="x", scale="paper",
+                               method=method, n=12, ok=True, n_resamples=200, **figures)
+
+    shift = fit(RS.SHIFT, RS.RESAMPLE_CORRECTED, estimate=0.0, se=0.01, df=20, ci_low=-0.02, ci_high=0.02, p=0.9)
+    rejecting = fit(RS.INTERACTION, RS.RESAMPLE_OLS, estimate=0.4, se=0.1, df=20, ci_low=0.2, ci_high=0.6, p=0.001)
+    table = T.resampled_table([shift, rejecting], replicated=True)
+    row = table.iloc[0]
+    assert row["reading"].startswith("no common line: the shift is within ±0.05 (TOST p = ")
+    assert "the interaction test behind this reading" in row[T.CALIBRATION_COL]
+    wide = fit(RS.SHIFT, RS.RESAMPLE_CORRECTED, estimate=0.0, se=0.1, df=20, ci_low=-0.2, ci_high=0.2, p=0.9)
+    row = T.resampled_table([wide, rejecting], replicated=True).iloc[0]
+    assert row["reading"].startswith("inconclusive") and "interaction test" not in row.get(T.CALIBRATION_COL, "")

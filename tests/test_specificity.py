@@ -21,9 +21,11 @@ from selfpref_sweep.analysis import paired
 from selfpref_sweep.analysis.command import _sweep_margins
 from selfpref_sweep.analysis.fit import (
     LEVEL_SOURCE,
+    SLOPE_MARGIN,
     SPECIFICITY_MARGIN,
     fit_interaction,
     fit_specificity,
+    specificity_verdict,
     tost_p,
 )
 from selfpref_sweep.analysis.pipeline import run_analysis
@@ -71,16 +73,24 @@ def _cells(rng: np.random.Generator, *, shift: float = 0.0, n_rec: int = 4, n_ct
 
 def test_on_one_common_line_the_test_holds_its_size_and_shows_equivalence() -> None:
     rng = np.random.default_rng(20260101)
-    unit = [fit_specificity(_units(rng)) for _ in range(REPS)]
+    data = [_units(rng) for _ in range(REPS)]
+    unit = [fit_specificity(d) for d in data]
     assert all(r.ok and r.df == 5 for r in unit)  # 8 points, 3 parameters
     rejected = np.mean([r.p < 0.05 for r in unit])
     equivalent = np.mean([r.equivalence_p < 0.05 for r in unit])
     assert rejected <= MC_LIMIT, rejected
     assert equivalent >= 0.95, equivalent  # noise 0.01 against a margin of 0.05
-    # "One common line" needs TOST and an interaction test that does not reject: about 0.95 × (1 − its size).
-    assert np.mean(["one common line" in r.verdict for r in unit]) >= 0.85
-    assert not any(r.verdict.startswith("one common line") and r.interaction_p < 0.05 for r in unit)
-    assert any(r.verdict.startswith("no common line") for r in unit)  # where the interaction rejected
+    # "One common line" needs two equivalence tests: the shift's TOST and the slopes' (the interaction's TOST).
+    inter = [fit_interaction(d) for d in data]
+    readings = [_reading(r, i) for r, i in zip(unit, inter)]
+    for t, r, i in zip(readings, unit, inter):  # one common line exactly where both equivalence tests pass
+        both = (r.ci_low <= 0 <= r.ci_high and r.equivalence_p < 0.05 and i.p >= 0.05
+                and tost_p(i.estimate, i.se, i.n - 4, SLOPE_MARGIN) < 0.05)
+        assert t.startswith("one common line") == both, t
+    # its power here (8 points, slopes within ±0.5): about 0.6; the rest read "not shown to differ"
+    assert np.mean([t.startswith("one common line") for t in readings]) >= 0.4
+    assert not any(t.startswith("one common line") and i.p < 0.05 for t, i in zip(readings, inter))
+    assert any(t.startswith("no common line") for t in readings)  # where the interaction rejected
     # The source level, clustered by variant (CR2, Bell–McCaffrey df): 9 clusters, 4 of them recognition.
     cells = [fit_specificity(_cells(rng), level=LEVEL_SOURCE, cluster_col="evaluator_variant") for _ in range(REPS)]
     assert all(r.ok and not r.no_interval for r in cells)
@@ -99,19 +109,36 @@ def test_a_planted_shift_is_covered_and_found() -> None:
     assert covered >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / REPS), covered
     assert found >= 0.9, found
     assert abs(np.mean([r.shift for r in fits]) - shift) < 0.003
-    assert all(r.verdict.startswith("positive shift") for r in fits if r.ci_low > 0)
+    assert all(_reading(r).startswith("positive shift (95% CI [") for r in fits if r.ci_low > 0)
     # Parallel lines: the interaction (the difference of slopes) stays about 0 though the shift is real.
     inter = [fit_interaction(_units(rng, shift=shift)).estimate for _ in range(100)]
     assert abs(np.mean(inter)) < 0.1
     down = fit_specificity(_units(np.random.default_rng(1), shift=-0.06))
-    assert down.ci_high < 0 and down.verdict.startswith("negative shift")
+    assert down.ci_high < 0 and _reading(down).startswith("negative shift")
     print(f"\nshift 0.04: covered {covered:.3f}, found {found:.3f}")
 
 
 def test_noise_too_large_for_the_margin_is_inconclusive() -> None:
     res = fit_specificity(_units(np.random.default_rng(3), noise=0.08))
     assert res.ci_low < 0 < res.ci_high and not res.equivalence_p < 0.05
-    assert res.verdict.startswith("inconclusive")
+    assert _reading(res).startswith("inconclusive: neither a shift (95% CI [")
+
+
+def _reading(r, interaction=None) -> str:
+    """fit.specificity_verdict on a fit's figures (the report reads the corrected fit's the same way)."""
+    # the plain interaction fit has n - 4 residual df (4 parameters)
+    inter = None if interaction is None else (interaction.estimate, interaction.se, interaction.n - 4, interaction.p)
+    return specificity_verdict(r.ci_low, r.ci_high, r.equivalence_p, r.margin, interaction=inter)
+
+
+def test_a_non_rejected_interaction_is_not_one_common_line() -> None:
+    """The shift is within the margin and the interaction does not reject, but its interval is too wide to show
+    the slopes within SLOPE_MARGIN: "not shown to differ", never "one common line"."""
+    text = specificity_verdict(-0.01, 0.01, 0.001, 0.05, interaction=(0.2, 0.6, 6.0, 0.75))
+    assert text.startswith("shift within ±0.05") and "not shown to differ (interaction p = 0.750)" in text
+    assert "common line" not in text
+    one = specificity_verdict(-0.01, 0.01, 0.001, 0.05, interaction=(0.05, 0.1, 6.0, 0.63))
+    assert one.startswith("one common line") and "interaction TOST p = " in one
 
 
 def test_tost_is_the_90_percent_interval_inside_the_margin() -> None:
@@ -135,9 +162,9 @@ def test_identification_and_too_few_clusters() -> None:
     thin = fit_specificity(_cells(np.random.default_rng(0), n_rec=2), level=LEVEL_SOURCE,
                            cluster_col="evaluator_variant")
     assert thin.ok and thin.no_interval.startswith("too few clusters")
-    assert math.isfinite(thin.shift) and math.isnan(thin.p) and thin.verdict == ""
+    assert math.isfinite(thin.shift) and math.isnan(thin.p) and _reading(thin) == ""
     row = specificity_table([thin]).iloc[0]
-    assert row["p (shift = 0)"].startswith("too few clusters") and row["reading"] == "—"
+    assert row["p (shift = 0)"].startswith("too few clusters") and "reading" not in row
 
 
 # --- the fine-tuned arms against the base: p-values, Holm, ratio, trend --------------------------
@@ -294,7 +321,11 @@ def test_the_report_reads_the_interaction_correctly(tmp_path: Path) -> None:
     assert "0.04 on the paper's scale" in report
     assert "Holm" in report and "Dose-response" in report
     spec = next(r for r in result.specificity if r.level == "paper unit" and r.scale == "paper")
-    assert spec.ok and spec.margin == 0.04 and spec.verdict
+    assert spec.ok and spec.margin == 0.04
+    # the reading is the corrected shift's, in the resampled table, with the margin passed to the analysis
+    table = result.tables["regression_resampled"]
+    shifts = table[table["coefficient"].str.startswith("shift")]
+    assert len(shifts) and all(r == "—" or "±0.04" in r or "shift (95% CI [" in r for r in shifts["reading"])
     files = result.out_dir / "analysis"
     assert (files / "specificity.csv").is_file() and (files / "dose_trend.csv").is_file()
     readme = (REPO / "README.md").read_text()

@@ -177,7 +177,6 @@ class SpecificityResult:
     equivalence_p: float = math.nan  # TOST: the larger of the two one-sided p-values (H0: |shift| >= margin)
     recognition_span: float = math.nan  # the range of recognition over the fine-tuned points: the margin's yardstick
     interaction_p: float = math.nan  # the interaction test on the same points (fit_interaction)
-    verdict: str = ""  # the outcome in words (specificity_verdict)
     no_interval: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -676,34 +675,47 @@ def tost_p(estimate: float, se: float, df: float, margin: float) -> float:
     return max(p_above, p_below)
 
 
+# The interaction's equivalence margin: "one common line" needs the two kinds' slopes shown within this much of
+# each other (preference per unit of recognition, the same on both scales), not merely not shown to differ.
+SLOPE_MARGIN = 0.5
+
+
 def specificity_verdict(ci_low: float, ci_high: float, equivalence_p: float, margin: float,
-                        span: float = math.nan, interaction_p: float = math.nan) -> str:
-    """The specificity test's outcome in words (empty without an interval). ``span``: the recognition range the
-    fine-tunes span, which the margin is stated against. "One common line" needs two tests: TOST within the
-    margin and an interaction test (``interaction_p``) that does not reject a common slope; equal intercepts
-    at the mean say nothing of lines whose slopes differ."""
+                        span: float = math.nan, interaction: Optional[tuple[float, float, float, float]] = None
+                        ) -> str:
+    """The specificity test's outcome in words (empty without an interval), read from the fit the report names
+    for the shift (the corrected one: resample.REPORTED). ``span``: the recognition range the fine-tunes span,
+    which the margin is stated against. ``interaction``: (estimate, se, df, p) of the report's interaction test
+    on the same points. "One common line" needs two equivalence tests: TOST of the shift within the margin and
+    TOST of the slope difference within SLOPE_MARGIN; an interaction that does not reject is "not shown to
+    differ", never one line."""
     if not (math.isfinite(ci_low) and math.isfinite(ci_high)):
         return ""
     equivalent = math.isfinite(equivalence_p) and equivalence_p < ALPHA
     within = f"±{margin:g}"
     if math.isfinite(span) and span > 0:
         within += f" ({margin / span:.0%} of the {span:.3g} recognition range the fine-tunes span)"
-    if ci_low > 0:
-        text = "positive shift: recognition fine-tunes prefer their own summaries more than their recognition predicts"
-    elif ci_high < 0:
-        text = "negative shift: recognition fine-tunes prefer their own summaries less than their recognition predicts"
-    elif equivalent and math.isfinite(interaction_p) and interaction_p < ALPHA:
-        return (f"no common line: the shift is within {within} (TOST p = {equivalence_p:.3f}), but the interaction "
-                f"test rejects a common slope (p = {interaction_p:.3f})")
-    elif equivalent and not math.isfinite(interaction_p):
-        return (f"shift within {within} (TOST p = {equivalence_p:.3f}); whether the slopes agree is untested "
-                "(the interaction test has no p)")
-    elif equivalent:
-        return (f"one common line: the shift is within {within} (TOST p = {equivalence_p:.3f}) and the interaction "
-                f"test does not reject a common slope (p = {interaction_p:.3f})")
-    else:
-        return f"inconclusive: neither a shift nor equivalence within {within}"
-    return text + (f", though by less than {within}" if equivalent else "")
+    ci = f"95% CI [{ci_low:.3f}, {ci_high:.3f}]"
+    if ci_low > 0 or ci_high < 0:
+        way = "more" if ci_low > 0 else "less"
+        text = (f"{'positive' if ci_low > 0 else 'negative'} shift ({ci}): recognition fine-tunes prefer their own "
+                f"summaries {way} than their recognition predicts")
+        return text + (f", though by less than {within} (TOST p = {equivalence_p:.3f})" if equivalent else "")
+    if not equivalent:
+        tost = f"TOST p = {equivalence_p:.3f}" if math.isfinite(equivalence_p) else "no TOST"
+        return f"inconclusive: neither a shift ({ci}) nor equivalence within {within} ({tost})"
+    shift = f"the shift is within {within} (TOST p = {equivalence_p:.3f})"
+    if interaction is None or not math.isfinite(interaction[3]):
+        return f"shift within {within} (TOST p = {equivalence_p:.3f}); whether the slopes agree is untested"
+    est, se, df, p = interaction
+    if p < ALPHA:
+        return f"no common line: {shift}, but the interaction test rejects a common slope (p = {p:.3f})"
+    slope_p = tost_p(est, se, df, SLOPE_MARGIN)
+    if math.isfinite(slope_p) and slope_p < ALPHA:
+        return (f"one common line: {shift} and the slopes are within ±{SLOPE_MARGIN:g} of each other "
+                f"(interaction TOST p = {slope_p:.3f})")
+    return (f"shift within {within} (TOST p = {equivalence_p:.3f}); the slopes are not shown to differ "
+            f"(interaction p = {p:.3f}) nor shown within ±{SLOPE_MARGIN:g} (TOST p = {slope_p:.3f})")
 
 
 def _specificity_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> list[str]:
@@ -720,9 +732,8 @@ def _specificity_problems(rec: np.ndarray, is_rec: np.ndarray, kind: str) -> lis
     return problems
 
 
-def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margin: float, span: float = math.nan,
-                        interaction_p: float = math.nan) -> dict[str, Any]:
-    """The shift and the common slope; their intervals, the TOST and the verdict unless ``no_interval``."""
+def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margin: float) -> dict[str, Any]:
+    """The shift and the common slope; their intervals and the TOST unless ``no_interval``."""
     def vec(name: str) -> np.ndarray:
         return np.array([1.0 if k == name else 0.0 for k in names])
 
@@ -731,9 +742,10 @@ def _specificity_fields(contrast: Any, names: list[str], no_interval: str, margi
     if no_interval:
         return out
     eq_p = tost_p(shift.estimate, shift.se, shift.df, margin)
+    # No reading here: this paper-style fit over-rejects a true null (docs/coverage.md); the report reads the
+    # corrected shift (tables.resampled_table, specificity_verdict).
     out.update(ci_low=shift.ci_low, ci_high=shift.ci_high, p=shift.p, slope_ci_low=slope.ci_low,
-               slope_ci_high=slope.ci_high, equivalence_p=eq_p,
-               verdict=specificity_verdict(shift.ci_low, shift.ci_high, eq_p, margin, span, interaction_p))
+               slope_ci_high=slope.ci_high, equivalence_p=eq_p)
     return out
 
 
@@ -776,7 +788,7 @@ def fit_specificity(
     base["recognition_span"] = float(np.ptp(ft["recognition"].to_numpy(float)))
     base["interaction_p"] = interaction.p
     fields = _specificity_fields(*_finetune_fit(ft, "preference ~ recognition + recognition_finetune", cluster_col),
-                                 base["margin"], base["recognition_span"], interaction.p)
+                                 base["margin"])
     # One point of a kind is its own distance from the other kind's line: its CI is that line's scatter alone.
     thin = [label for label, count in (("recognition", n_rec), ("control", n - n_rec)) if count == 1]
     note = "; ".join(f"one {label} fine-tune {kind[:-1]}: the shift is its distance from the other kind's line, "

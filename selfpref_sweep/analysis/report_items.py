@@ -162,7 +162,7 @@ CORE_ITEMS: tuple[ReportItem, ...] = (
                applies=lambda d: d.headline, to_wandb=REPORT_TABLE, fitted=lambda r: r.unit_fits),
     ReportItem("units", "The paper-unit points", method_text("units"), lambda r: T.units_table(r.units), level=3),
     ReportItem("regression_resampled", "Headline, corrected: one joint article resample",
-               method_text("resampled"), lambda r: T.resampled_table(r.resampled, r.replicated),
+               method_text("resampled"), lambda r: T.resampled_table(r.resampled, r.replicated, r.specificity_margin),
                applies=lambda d: d.headline,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.resampled),
     ReportItem("paper_trend", "The paper's fine-tune trend, per base evaluator", method_text("paper_trend"),

@@ -17,12 +17,12 @@ from scipy import stats
 from ..stats.classifier_metrics import wilson
 from .calibration import calibration_label, pooled_over_datasets
 from .fit import (
-    ALPHA, BY_CONDITION, BY_EVALUATOR, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN, FitResult,
-    InteractionResult, SpecificityResult, condition_groups,
+    ALPHA, BY_CONDITION, BY_EVALUATOR, GROUPINGS, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_ITEM, OLS_PLAIN,
+    SPECIFICITY_MARGIN, FitResult, InteractionResult, SpecificityResult, condition_groups, specificity_verdict, tost_p,
 )
 from . import paper_trend
 from .paired import TrendResult
-from .resample import RESAMPLE_CORRECTED, RESAMPLE_OLS, ResampledFit, reported
+from .resample import INTERACTION, REPORTED, RESAMPLE_CORRECTED, RESAMPLE_OLS, SHIFT, ResampledFit, reported
 from .units import VARIANT_KEYS
 
 DASH = "—"  # shown for a number that does not exist (null metric, unfitted group)
@@ -181,14 +181,19 @@ def paper_statistic_table(fits: Sequence[FitResult], replicated: bool = False) -
     return table
 
 
-def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False) -> pd.DataFrame:
+def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False,
+                    margins: Optional[dict[str, float]] = None) -> pd.DataFrame:
     """The fits refitted on one joint article resample (resample.py), each coefficient by the method the
-    coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on."""
+    coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on. The shift rows
+    carry the specificity reading (fit.specificity_verdict, TOST against ``margins`` per scale), with the
+    interaction row of the same points as the test of a common slope."""
     rows = []
     shown = reported(fits)
     groupings = {f.group_by for f in shown}
+    margins = {**SPECIFICITY_MARGIN, **(margins or {})}
     for f in shown:
         why = f.no_interval
+        reading = _shift_reading(f, shown, margins) if f.what == SHIFT and f.ok and not why else ""
         rows.append({
             "level": f.level, "method": f.method, "grouping": f.group_by, "group": f.group,
             "scale": SCALE_NAMES.get(f.scale, f.scale), "coefficient": _COEFFICIENTS.get(f.what, f.what),
@@ -197,12 +202,35 @@ def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False) -> p
             "estimate": fmt(f.estimate), "95% CI": fmt_ci(f.ci_low, f.ci_high, why=why), "p": fmt_p(f.p),
             "SE (resample)": fmt(f.se), "df": fmt_int(f.df), "draws": str(f.n_resamples) if f.ok else DASH,
             "training SD (adapters)": f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
-            "reliability of recognition": fmt(f.reliability, 2), "note": f.note,
-            CALIBRATION_COL: calibration_label(f"resampled {f.what}", f.level, f.method,
-                                               pooled_over_datasets(f.group_by, groupings),
-                                               replicated=replicated) if f.ok else "",
+            "reliability of recognition": fmt(f.reliability, 2), "reading": reading or DASH, "note": f.note,
+            CALIBRATION_COL: _resampled_label(f, reading, groupings, replicated) if f.ok else "",
         })
     return _drop_empty_calibration(pd.DataFrame(rows))
+
+
+def _same_points(a: ResampledFit, b: ResampledFit) -> bool:
+    return (a.level, a.group_by, a.group, a.scale) == (b.level, b.group_by, b.group, b.scale)
+
+
+def _shift_reading(shift: ResampledFit, shown: Sequence[ResampledFit], margins: dict[str, float]) -> str:
+    """The specificity reading of a corrected shift row, with the report's interaction test on its points."""
+    margin = float(margins.get(shift.scale, math.nan))
+    inter = next((f for f in shown if f.what == INTERACTION and _same_points(f, shift) and f.ok), None)
+    interaction = None if inter is None or not math.isfinite(inter.p) else (inter.estimate, inter.se, inter.df,
+                                                                            inter.p)
+    return specificity_verdict(shift.ci_low, shift.ci_high, tost_p(shift.estimate, shift.se, shift.df, margin),
+                               margin, interaction=interaction)
+
+
+def _resampled_label(f: ResampledFit, reading: str, groupings: set[str], replicated: bool) -> str:
+    """A row's calibration label, and the interaction test's where the shift's reading rests on it."""
+    pooled = pooled_over_datasets(f.group_by, groupings)
+    labels = [calibration_label(f"resampled {f.what}", f.level, f.method, pooled, replicated=replicated)]
+    if reading.startswith(COMMON_LINE_WORDS):
+        inter = calibration_label(f"resampled {INTERACTION}", f.level, REPORTED[INTERACTION], pooled,
+                                  replicated=replicated)
+        labels.append(f"the interaction test behind this reading {inter}" if inter else "")
+    return "; ".join(label for label in labels if label)
 
 
 def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
@@ -257,9 +285,9 @@ def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
 
 
 def specificity_table(results: Sequence[SpecificityResult], replicated: bool = False) -> pd.DataFrame:
-    """The shift in preference at matched recognition, its equivalence test and what the outcome says. A reading
-    that rests on the interaction test ("one common line", "no common line") carries that test's calibration
-    label beside the shift's own."""
+    """The shift in preference at matched recognition by the paper-style fit (plain OLS over every adapter's
+    point), with its equivalence test. It carries no reading: it rejects a true null far too often with
+    replicated arms (docs/coverage.md); the corrected shift (resampled_table) is the one read."""
     rows = []
     groupings = {r.group_by for r in results}
     for r in results:
@@ -271,26 +299,15 @@ def specificity_table(results: Sequence[SpecificityResult], replicated: bool = F
             "margin": fmt(r.margin),
             "equivalence p (TOST: |shift| < margin)": fmt_p(r.equivalence_p, why=r.no_interval),
             "common slope [95% CI]": est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
-            "reading": r.verdict or DASH,
             "note": r.note,
-            CALIBRATION_COL: _specificity_label(r, groupings, replicated),
+            CALIBRATION_COL: calibration_label("specificity", r.level, r.method,
+                                               pooled_over_datasets(r.group_by, groupings), replicated=replicated)
+            if r.ok else "",
         })
     return _drop_empty_calibration(pd.DataFrame(rows))
 
 
 COMMON_LINE_WORDS = ("one common line", "no common line")
-
-
-def _specificity_label(r: Any, groupings: set[str], replicated: bool) -> str:
-    """The shift test's calibration label, and the interaction test's where the reading rests on it."""
-    if not r.ok:
-        return ""
-    pooled = pooled_over_datasets(r.group_by, groupings)
-    labels = [calibration_label("specificity", r.level, r.method, pooled, replicated=replicated)]
-    if (r.verdict or "").startswith(COMMON_LINE_WORDS):
-        inter = calibration_label("interaction", r.level, r.method, pooled, replicated=replicated)
-        labels.append(f"the interaction test behind this reading {inter}" if inter else "")
-    return "; ".join(label for label in labels if label)
 
 
 def specificity_frame(results: Sequence[SpecificityResult]) -> pd.DataFrame:
