@@ -40,11 +40,16 @@ def test_the_report_opens_with_the_box_and_folds_the_rest(tmp_path: Path) -> Non
 
 def test_a_slope_verdict_comes_from_its_interval(tmp_path: Path) -> None:
     rising = run_analysis([planted_sweep(tmp_path / "up", slope=0.8)], wandb_cfg=NO_WANDB)
-    assert "preference rises with recognition (slope CI above 0)" in _box(rising)["What it can conclude"]
+    # the reading is the corrected fit's (the one the report names), not the paper's plain OLS
+    assert "preference rises with recognition (corrected slope 95% CI [" in _box(rising)["What it can conclude"]
+    assert "corrected fit: slope" in _box(rising)["The numbers"]
     flat = run_analysis([planted_sweep(tmp_path / "flat", slope=0.0, noise=0.05)], wandb_cfg=NO_WANDB)
-    fits = [f for f in flat.headline_fits() if f.ok and not f.no_interval]
-    if all(f.slope_ci_low <= 0 <= f.slope_ci_high for f in fits):
-        assert "the slope's CI includes 0" in _box(flat)["What it cannot conclude"]
+    from selfpref_sweep.analysis.summary_box import _corrected_slopes
+
+    fits = _corrected_slopes(flat)
+    assert fits
+    if all(f.ci_low <= 0 <= f.ci_high for f in fits):
+        assert "the corrected slope's CI includes 0" in _box(flat)["What it cannot conclude"]
         assert "rises with recognition" not in _box(flat)["What it can conclude"]
 
 

@@ -2,7 +2,8 @@
 passed, and in plain words what the sweep can and cannot conclude.
 
 Every sentence here reads an interval or a test that the report prints beside it (a cell's 95% CI against 0.5,
-the headline slope's CI against 0), never a comparison of two point estimates."""
+the corrected headline slope's CI against 0: the fit the report names for the slope, not the paper's plain
+OLS, which under-covers), never a comparison of two point estimates."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pandas as pd
 
 from ..measurements.competence import competence_report
 from . import paper_trend
-from .fit import MIN_POINTS
+from .fit import GROUPINGS, LEVEL_UNIT, MIN_POINTS
 from .report import AnalysisResult
+from .resample import REPORTED, SLOPE
 from .tables import fmt, fmt_ci
 
 MAX_CELLS_LISTED = 6  # up to this many cells, the headline lists each; beyond, it counts them
@@ -104,10 +106,22 @@ def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
     return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"])))
 
 
+def _corrected_slopes(result: AnalysisResult) -> list:
+    """The headline slope the report reads (resample.REPORTED: the corrected fit on one joint article resample),
+    per setting × label over every dataset, on the paper's scale, where it has an interval."""
+    return [f for f in (getattr(result, "resampled", None) or [])
+            if f.what == SLOPE and f.method == REPORTED[SLOPE] and f.level == LEVEL_UNIT
+            and f.group_by == GROUPINGS[0][0] and f.scale == "paper" and f.ok and not f.no_interval]
+
+
 def _headline_fit(result: AnalysisResult) -> str:
-    fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
-    return " ".join(f"Preference on recognition over {f.n} paper units ({f.group}): slope {fmt(f.slope)} "
-                    f"(95% CI {fmt_ci(f.slope_ci_low, f.slope_ci_high)})." for f in fits)
+    plain = {f.group: f for f in result.headline_fits() if f.ok}
+    out = []
+    for f in _corrected_slopes(result):
+        paper = f"; the paper's plain OLS slope {fmt(plain[f.group].slope)}" if f.group in plain else ""
+        out.append(f"Preference on recognition over {f.n} paper units ({f.group}), corrected fit: slope "
+                   f"{fmt(f.estimate)} (95% CI {fmt_ci(f.ci_low, f.ci_high)}){paper}.")
+    return " ".join(out)
 
 
 def _controls(cells: pd.DataFrame) -> str:
@@ -132,13 +146,14 @@ def _can(result: AnalysisResult, cells: pd.DataFrame) -> str:
             out.append(f"{q.capitalize()}: in {above} cell(s) the judge {own} (95% CI above 0.5), and in {below} it "
                        f"{other} (CI below 0.5), beyond article-sampling noise.")
     out += _trend_readings(result)
-    for f in (f for f in result.headline_fits() if f.ok and not f.no_interval):
-        if f.slope_ci_low > 0:
-            out.append(f"Across the {f.n} paper units of {f.group}, preference rises with recognition (slope CI "
-                       f"above 0): a correlation across judges, not by itself a causal effect.")
-        elif f.slope_ci_high < 0:
-            out.append(f"Across the {f.n} paper units of {f.group}, preference falls as recognition rises "
-                       f"(slope CI below 0).")
+    for f in _corrected_slopes(result):
+        ci = f"corrected slope 95% CI {fmt_ci(f.ci_low, f.ci_high)}"
+        if f.ci_low > 0:
+            out.append(f"Across the {f.n} paper units of {f.group}, preference rises with recognition ({ci}, above "
+                       f"0): a correlation across judges, not by itself a causal effect.")
+        elif f.ci_high < 0:
+            out.append(f"Across the {f.n} paper units of {f.group}, preference falls as recognition rises ({ci}, "
+                       f"below 0).")
     if out:
         return " ".join(out)
     if len(competence_report.failed_judges(cells)) == len(cells):
@@ -152,14 +167,14 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
     out = []
     if not competence_report.failed_judges(cells).empty:
         out.append("Where a judge failed the competence control, a null says nothing about that judge.")
-    fits = [f for f in result.headline_fits() if f.ok and not f.no_interval]
+    fits = _corrected_slopes(result)
     if not fits:
         units = result.design.max_condition_units if result.design is not None else 0
         out.append(f"Whether preference follows recognition across judges: that needs a regression over at least "
                    f"{MIN_POINTS} paper units (evaluator variant × dataset) in one setting and label condition, and "
                    f"this sweep has at most {units}.")
-    elif all(f.slope_ci_low <= 0 <= f.slope_ci_high for f in fits):
-        out.append("That preference follows recognition: the slope's CI includes 0.")
+    elif all(f.ci_low <= 0 <= f.ci_high for f in fits):
+        out.append("That preference follows recognition: the corrected slope's CI includes 0.")
     if result.design is not None and result.design.finetuned and not result.design.replicated:
         out.append("Whether fine-tuning causes the shift beyond the adapters trained: each fine-tuned arm's "
                    "intervals cover article sampling, not training randomness (replicate with finetune_task.seed).")
