@@ -37,7 +37,7 @@ from pathlib import Path
 from judge_speed import _time, paper_requests, timed, workload
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import MIN_BATCHED_LENGTH, LocalModel
-from selfpref_sweep.models.local.local_model import _clone_cache
+from selfpref_sweep.models.local.kv_cache import _clone_cache
 
 
 def fixed_starts(prompt, text, chunk: int):

@@ -77,7 +77,7 @@ def forward_cost(model) -> None:
     """Milliseconds per token of one forward by its shape, on a 512-token cache (random tokens)."""
     import torch
 
-    from selfpref_sweep.models.local.local_model import _clone_cache
+    from selfpref_sweep.models.local.kv_cache import _clone_cache
 
     ids = torch.randint(0, 30000, (600,), generator=torch.Generator().manual_seed(0)).tolist()
     base = model._run_rows([ids[:512]], None)

@@ -78,9 +78,9 @@ def test_a_request_s_numbers_do_not_depend_on_its_batch_or_the_cache(compose_cfg
     with pieces of one shape batched as each would run alone (a CPU's fallback, forced here); and in forwards
     of a fixed row count with tails padded to whole chunks (a GPU's auto, forced here). Every answer also gets a
     second position (forced: its most probable whitespace token), which runs on the row's own cache."""
-    from selfpref_sweep.models.local import local_model
+    from selfpref_sweep.models.local import answer_reading
 
-    monkeypatch.setattr(local_model, "split_tokens", lambda ws_probs, **_: sorted(ws_probs, key=lambda t: -t[1])[:1])
+    monkeypatch.setattr(answer_reading, "split_tokens", lambda ws_probs, **_: sorted(ws_probs, key=lambda t: -t[1])[:1])
     fixed = [f"evaluator.batch_invariant_rows={rows}"] if isinstance(rows, int) else []
     cfg = compose_cfg([*BF16, *fixed, "dataset.n_articles=2"])
     spec = resolve_cell(cfg)

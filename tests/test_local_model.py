@@ -76,7 +76,7 @@ def test_second_position_on_the_batch_cache_matches_the_prompt_plus_whitespace_f
     a second one after " " (as if P(" ") were 1), that position, read on the padded batch's cache through
     a mask, agrees with prompt + " " run from scratch."""
     from selfpref_sweep.models import local
-    from selfpref_sweep.models.local import local_model
+    from selfpref_sweep.models.local import answer_reading
 
     model, prompts = qwen
     article = "The town council approved a new bridge on Monday after a two-year debate over its cost."
@@ -88,7 +88,7 @@ def test_second_position_on_the_batch_cache_matches_the_prompt_plus_whitespace_f
     plain = dict(model.answer_distributions(reqs))
     assert model.second_positions == 0 and {d.method for d in plain.values()} == {local.FULL_METHOD}
     space = next(i for i in model._whitespace_ids if model._decoded_vocab[i] == " ")
-    monkeypatch.setattr(local_model, "split_tokens", lambda ws_probs: [(space, 1.0)])
+    monkeypatch.setattr(answer_reading, "split_tokens", lambda ws_probs: [(space, 1.0)])
     forced = dict(model.answer_distributions(reqs))
     assert model.second_positions == len(reqs)
     for r in reqs:

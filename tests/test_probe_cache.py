@@ -1,11 +1,11 @@
-"""The local backend's load-time probe verdicts are remembered between processes (models/local/probe_cache.py)."""
+"""The local backend's load-time probe verdicts are remembered between processes (models/local/probes.py)."""
 
 from __future__ import annotations
 
 import json
 
 from selfpref_sweep.models.base import ModelIdentity
-from selfpref_sweep.models.local.probe_cache import FILE, device_kind, probe_key, remembered
+from selfpref_sweep.models.local.probes import FILE, device_kind, probe_key, remembered
 
 IDENTITY = ModelIdentity(name="qwen05", backend="local", weights="gguf:x", dtype="bfloat16")
 

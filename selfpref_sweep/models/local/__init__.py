@@ -8,10 +8,10 @@ from ...registry import lazy_exports
 # this package), and reading a config should not load the backend.
 _EXPORTS = {
     "LocalModel": ".local_model", "attach_adapter": ".local_model", "BACKEND_VERSION": ".local_model",
-    "HEAD_ROWS": ".local_model", "MIN_BATCHED_LENGTH": ".local_model",
-    "FULL_METHOD": ".local_model", "SPLIT_METHOD": ".local_model", "answer_token_ids": ".local_model",
-    "split_tokens": ".local_model", "stop_token_ids": ".local_model", "tokenizer_whitespace_ids": ".local_model",
-    "whitespace_token_ids": ".local_model",
+    "HEAD_ROWS": ".answer_reading", "MIN_BATCHED_LENGTH": ".batch_invariant",
+    "FULL_METHOD": ".answer_tokens", "SPLIT_METHOD": ".answer_tokens", "answer_token_ids": ".answer_tokens",
+    "split_tokens": ".answer_tokens", "stop_token_ids": ".answer_tokens", "tokenizer_whitespace_ids": ".answer_tokens",
+    "whitespace_token_ids": ".answer_tokens",
     "LocalSettings": ".local_settings",
 }
 

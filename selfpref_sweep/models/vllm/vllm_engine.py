@@ -31,8 +31,8 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 from ...errors import ModelUnavailableError
 from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
                    SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
-from ..local.local_model import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
-                                 tokenizer_whitespace_ids)
+from ..local.answer_tokens import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
+                                   tokenizer_whitespace_ids)
 from . import vllm_sizing as sizing
 from ..local.precision import resolve_dtype
 from ..local.weights import local_hf_dir, weights_fingerprint
