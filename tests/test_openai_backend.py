@@ -28,7 +28,7 @@ from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, Gener
                                         JudgeDecoding, Message, ModelIdentity)
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.openai.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIModel, answer_matches,
-                                              distribution_from_top_logprobs, is_loopback)
+                                                     distribution_from_top_logprobs, is_loopback)
 from selfpref_sweep.models.retry import retry_after_s
 from selfpref_sweep.store import Store
 

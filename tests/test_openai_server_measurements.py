@@ -30,7 +30,8 @@ from selfpref_sweep.config import JudgeConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements.competence.competence_cell import competence_enabled
 from selfpref_sweep.models.base import Message, SequenceRequest
-from selfpref_sweep.models.openai.openai_api import OpenAIModel, compile_chat_template, echoed_continuation, render_chat
+from selfpref_sweep.models.openai.openai_api import OpenAIModel
+from selfpref_sweep.models.openai.openai_echo import compile_chat_template, echoed_continuation, render_chat
 
 from tests.conftest import REPO
 from tests.openai_server import smollm_gguf, start_or_skip

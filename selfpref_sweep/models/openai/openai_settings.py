@@ -1,5 +1,5 @@
-"""The OpenAI backend's settings (OpenAI, OpenAI-compatible servers and the Batch API; models/openai/openai_api.py,
-models/openai/openai_batch.py): fields of a model config, each with its default and its allowed range."""
+"""The OpenAI backend's settings (OpenAI, OpenAI-compatible servers and the Batch API; openai_api.py,
+openai_batch.py): fields of a model config, each with its default and its allowed range."""
 
 from __future__ import annotations
 
