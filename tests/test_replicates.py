@@ -183,3 +183,24 @@ def test_with_replicated_arms_the_interaction_is_fitted_on_arm_means():
     one = [f for f in fit_interactions(paper_units(single, None, seed=0), source_points(single))
            if f.group_by == "setting × label" and f.level == RS.LEVEL_UNIT]
     assert one and all(f.n == 14 and "averaged" not in f.note for f in one)
+
+
+def test_the_interval_uses_the_median_unbiased_training_variance():
+    """The moment τ² is truncated at 0 and its plug-in df rises where it comes out small (under-coverage with few
+    adapters, bench/arm_interval_coverage.py); the interval scales the spread by its chi-square's median."""
+    from scipy import stats
+
+    from selfpref_sweep.stats.replicates import median_unbiased_tau2
+
+    assert median_unbiased_tau2(2.0, 0.5, 1) == pytest.approx(2.0 / stats.chi2.ppf(0.5, 1) - 0.5)
+    assert median_unbiased_tau2(0.1, 0.5, 2) == 0.0
+    fit = pooled_delta(frames(np.random.default_rng(0), 2, 1.0))
+    assert fit["training_sd"] > 0 and fit["df"] < 9  # training variance in the interval, on few df
+
+
+def test_an_arm_of_two_adapters_carries_its_measured_coverage():
+    from selfpref_sweep.analysis.tables import TWO_ADAPTERS, arm_deltas_table
+
+    spec = CoverageDesign(adapters_per_arm=2, adapter_sd=0.4).spec("pairwise", 10)
+    table = arm_deltas_table(arm_deltas(draw_items(spec, np.random.default_rng(0))))
+    assert len(table) and table["note"].str.contains(TWO_ADAPTERS, regex=False).all()
