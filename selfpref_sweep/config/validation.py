@@ -119,7 +119,8 @@ def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
         measurement = by_name.get(str(key))
         if measurement is None:
             problems.append(f"{path}{key} names no registered measurement: registered are "
-                            f"{', '.join(by_name)} (add one with $SELFPREF_MEASUREMENTS=name=module:Class).")
+                            f"{', '.join(by_name)} (add one with an entry point of the group "
+                            f"selfpref_sweep.measurements, or $SELFPREF_MEASUREMENTS=name=module:Class).")
         elif measurement.settings_class is not None:
             ok, block = _value(blocks, str(key))
             if not ok:

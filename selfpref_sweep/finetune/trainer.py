@@ -20,13 +20,14 @@ from ..config import ModelConfig
 from ..config.spec import FinetuneSpec
 from ..errors import ConfigError
 from ..records.atomic import atomic_write_json, atomic_write_text
-from ..registry import resolve
+from ..registry import Registry
 from .adapters import EXAMPLES, RECORD, SPEC, CacheEntry
 from .examples import ExampleSet
 
 log = logging.getLogger(__name__)
 
-# evaluator backend -> trainer ("module:Class"); SELFPREF_TRAINERS="name=module:Class,..." adds more (tests).
+# evaluator backend -> trainer ("module:Class", a Trainer); plug-ins: entry points of the group
+# selfpref_sweep.trainers, or SELFPREF_TRAINERS="name=module:Class,..." (tests); no plug-in reuses a built-in's name.
 TRAINERS: Dict[str, str] = {
     "local": "selfpref_sweep.finetune.local_trainer:LoraTrainer",
     "openai": "selfpref_sweep.finetune.openai_trainer:OpenAITrainer",
@@ -120,6 +121,10 @@ class Trainer(ABC):
             return record, True
 
 
+REGISTRY = Registry("fine-tuning trainer (for the evaluator's backend)", Trainer, TRAINERS, "SELFPREF_TRAINERS",
+                    "selfpref_sweep.trainers")
+
+
 def trainer_for(base: ModelConfig, finetune: FinetuneSpec, model_cache: str, show_progress: bool = True) -> Trainer:
-    cls = resolve(TRAINERS, "SELFPREF_TRAINERS", str(base.backend), "fine-tuning trainer (for the evaluator's backend)")
+    cls = REGISTRY.resolve(str(base.backend))
     return cls(base, finetune, model_cache, show_progress=show_progress)

@@ -3,11 +3,13 @@ cell's pairs (the judge-competence control, familiarity, ...) and records it bes
 
 A measurement is one folder: its cell side is a class with the interface below (`<name>_cell.py`); its report
 side (`<name>_report.py`, named by the class's `report_module`) is what the analysis imports, and imports
-nothing of the cell's model stack (the folder's `__init__.py` imports nothing, so loading it does not either). The registry `MEASUREMENTS` names it (name -> "module:Class", imported only when used;
-`$SELFPREF_MEASUREMENTS="name=module:Class,..."` adds entries). Every place that handles a measurement loops over
-the registry: the cell (its requests go to the judge in the cell's batch), plan mode (its calls are counted), the
-cell record (its item field and its summary.json block), the printed cell result, the analysis frames (its cell
-and item columns), the W&B item table, the item viewer, and the report (its items, figures and data files).
+nothing of the cell's model stack (the folder's `__init__.py` imports nothing, so loading it does not either).
+The registry `MEASUREMENTS` names it (name -> "module:Class", imported only when used; a plug-in adds one through
+an entry point of the group `selfpref_sweep.measurements` or `$SELFPREF_MEASUREMENTS="name=module:Class,..."`,
+never under a built-in's name: registry.py). Every place that handles a measurement loops over the registry:
+the cell (its requests go to the judge in the cell's batch), plan mode (its calls are counted), the cell record
+(its item field and its summary.json block), the printed cell result, the analysis frames (its cell and item
+columns), the W&B item table, the item viewer, and the report (its items, figures and data files).
 
 The report module may define:
 - `ITEMS`: its report items (analysis.report.ReportItem), each after the core item it names (`after`) or else
@@ -18,7 +20,7 @@ The report module may define:
 - `data_files(result)` / `json_sections(result)`: its CSV files and regressions.json sections.
 Only the measurement's folder writes its column names; the rest of the analysis asks its report module.
 
-To add one, create its folder, add one line to `MEASUREMENTS`, and read its settings with
+To add one, create its folder, add one line to `MEASUREMENTS` (or declare its entry point), and read its settings with
 `settings(spec.judge, name)`: a `judge.<name>` key of the typed schema, or else `judge.measurements.<name>`
 (an open block, so a new measurement needs no schema change: `+judge.measurements.<name>.mode=on`).
 """
@@ -27,14 +29,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..registry import resolve
+from ..registry import Registry
 
 if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run time
     from ..cell.inputs import CellInputs
@@ -135,25 +136,23 @@ class Measurement(ABC):
     item_column_names: Sequence[str] = ()
 
 
+REGISTRY = Registry("measurement", Measurement, MEASUREMENTS, ENV_VAR, "selfpref_sweep.measurements")
+
+
 def measurement(name: str) -> Measurement:
-    return resolve(MEASUREMENTS, ENV_VAR, name, "measurement")()
+    return REGISTRY.resolve(name)()
 
 
 def registered() -> List[Measurement]:
-    """Every registered measurement, built-ins first, then those added through the environment. Resolved once
-    per value of the environment variable (the cell's records and the readers ask per item); measurements keep
-    their per-cell state in their Stage, so one instance serves every cell."""
-    return list(_registered(os.environ.get(ENV_VAR, "")))
+    """Every registered measurement: built-ins first, then the entry points', then the environment's. Resolved
+    once per set of entries (the cell's records and the readers ask per item); measurements keep their per-cell
+    state in their Stage, so one instance serves every cell."""
+    return list(_registered(tuple((name, e.target) for name, e in REGISTRY.entries().items())))
 
 
 @functools.lru_cache(maxsize=8)
-def _registered(added: str) -> Tuple[Measurement, ...]:
-    names = list(MEASUREMENTS)
-    for entry in filter(None, added.split(",")):
-        key = entry.partition("=")[0].strip()
-        if key not in names:
-            names.append(key)
-    return tuple(measurement(n) for n in names)
+def _registered(entries: Tuple[Tuple[str, str], ...]) -> Tuple[Measurement, ...]:
+    return tuple(measurement(name) for name, _ in entries)
 
 
 def settings(judge_cfg: Any, name: str) -> Any:

@@ -7,7 +7,7 @@ from typing import Dict
 
 from typing import TYPE_CHECKING
 
-from ..registry import resolve
+from ..registry import Registry
 from .base import ModelAPI, ModelIdentity
 
 if TYPE_CHECKING:
@@ -27,8 +27,9 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# backend name -> "module:Class"; the class has identity_for(cfg) and __init__(cfg, model_cache, show_progress).
-# SELFPREF_BACKENDS="name=module:Class,..." adds backends (plugins, the test suite's double).
+# backend name -> "module:Class"; the class (a ModelAPI) has identity_for(cfg) and __init__(cfg, model_cache,
+# show_progress). Plug-ins: entry points of the group selfpref_sweep.backends, or
+# SELFPREF_BACKENDS="name=module:Class,..." (the test suite's doubles); neither reuses a built-in's name (registry.py).
 BACKENDS: Dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
     "openai": "selfpref_sweep.models.openai.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
@@ -36,8 +37,11 @@ BACKENDS: Dict[str, str] = {
 }
 
 
+REGISTRY = Registry("model backend", ModelAPI, BACKENDS, "SELFPREF_BACKENDS", "selfpref_sweep.backends")
+
+
 def backend_class(name: str):
-    return resolve(BACKENDS, "SELFPREF_BACKENDS", name, "model backend")
+    return REGISTRY.resolve(name)
 
 
 def load_model(model_cfg: "ModelConfig", store: "Store", model_cache: str, show_progress: bool = True
@@ -63,4 +67,5 @@ def model_identity(model_cfg: "ModelConfig") -> ModelIdentity:
     return backend_class(model_cfg.backend).identity_for(model_cfg)
 
 
-__all__ = ["BACKENDS", "POOL", "CachedModel", "ModelAPI", "ModelIdentity", "backend_class", "load_model", "model_identity"]
+__all__ = ["BACKENDS", "POOL", "REGISTRY", "CachedModel", "ModelAPI", "ModelIdentity", "backend_class", "load_model",
+           "model_identity"]
