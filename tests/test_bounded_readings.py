@@ -8,8 +8,8 @@ import pytest
 
 from selfpref_sweep.cell import scoring
 from selfpref_sweep.cell.runner import run_cell
-from selfpref_sweep.cell.scoring import (LOGODDS_CLIP, individual_value, score_individual, score_order, score_pair,
-                                         summarize_question)
+from selfpref_sweep.cell.scoring import individual_value, score_individual, score_pair, summarize_question
+from selfpref_sweep.records.scores import LOGODDS_CLIP, score_order
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.models.openai.openai_api import distribution_from_top_logprobs

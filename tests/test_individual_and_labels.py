@@ -6,8 +6,8 @@ import pytest
 
 from selfpref_sweep.cell.pairs import Pair, assign_labels
 from selfpref_sweep.cell.runner import run_cell
-from selfpref_sweep.cell.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, ZERO_DENOMINATOR, individual_value,
-                                         score_individual)
+from selfpref_sweep.cell.scoring import ZERO_DENOMINATOR, individual_value, score_individual
+from selfpref_sweep.records.scores import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
 from tests.conftest import FAKE_EVALUATOR

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from selfpref_sweep.cell.scoring import individual_verdict, pair_verdict, unjudged_verdict
+from selfpref_sweep.cell.scoring import individual_verdict, unjudged_verdict
+from selfpref_sweep.records.scores import pair_verdict
 from selfpref_sweep.config import JudgeConfig, Switch
 from selfpref_sweep.measurements.recognition_classifier.classifier_cell import (NO_VERDICT, RecognitionClassifierMeasurement, classifier_enabled,
                                                                 format_classifier, summarize_classifier)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.cell.scoring import pair_verdict, question_stats, score_order, summarize_question, unjudged
+from selfpref_sweep.cell.scoring import summarize_question, unjudged
+from selfpref_sweep.records.scores import pair_verdict, question_stats, score_order
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.records.schema import (ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_PLAN, SUMMARY_FILE, CellPlan,
                                            CellSummary, Item, OrderReading, QuestionStats, Verdict, read_cell, verdict_of)

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from selfpref_sweep.cell.scoring import (LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, article_mean, score_order, score_pair,
-                                         summarize_question)
+from selfpref_sweep.cell.scoring import score_pair, summarize_question
+from selfpref_sweep.records.scores import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, score_order
+from selfpref_sweep.stats.article_means import article_mean
 from selfpref_sweep.models.base import AnswerDistribution
 
 

@@ -18,8 +18,8 @@ from typing import Any, Iterable, Mapping, Optional
 import numpy as np
 import pandas as pd
 
-from ..cell.scoring import article_mean
 from ..records.schema import QUESTION_PREFIX
+from ..stats.article_means import article_mean
 from ..stats.classifier_metrics import hit, proportion
 from .estimates import Estimates, estimate
 from .load import arm_name
@@ -289,7 +289,7 @@ def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts
 
 def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: float = 1 - ALPHA) -> None:
     """Per cell (one evaluator variant against one source): the cell's mean CI on each scale as summary.json
-    computes it (scoring.article_mean over the cell's articles) against the true cell value; the per-source
+    computes it (article_means.article_mean over the cell's articles) against the true cell value; the per-source
     table's t test (sources.article_test) of "the cell's log-odds mean is its true value", raw and Holm-adjusted
     across the sources of one variant and dataset (its family); and the recognition classifier's Wilson
     accuracy (recognition_classifier: P(own) > 1/2 per order, each item's two orders averaged) against its

@@ -13,8 +13,8 @@ intercept + slope · its recognition signal (control_slope for control fine-tune
 exactly on the log-odds scale (and item_slope plants a within-variant, item-level one); on the paper's scale the planted values are the expectations of the
 paper's score (Gauss-Hermite quadrature), and the planted slope is the OLS line through them.
 
-The answer distributions go through the cell's own scoring stage (scoring.pair_verdict), and the records are
-built as the cell builds them (record.Item, scoring.question_stats, results.summary_record), so what the
+The answer distributions go through the cell's own scoring rules (records/scores.pair_verdict), and the records are
+built as the cell builds them (record.Item, scores.question_stats, scores.summary_record), so what the
 analysis reads is what a real cell would write for such a judge.
 """
 
@@ -38,12 +38,12 @@ import pandas as pd
 from scipy import stats
 from scipy.special import expit
 
-from ..cell.results import summary_record
-from ..cell.scoring import LOW_ANSWER_MASS, competence_block, pair_verdict, question_stats, score_order
 from ..config import CONTROL_QUESTION_TASKS, RECOGNITION_PROMPT_TASKS
 from ..models.base import AnswerDistribution
 from ..records.schema import (CELL_KEYS, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item,
                               Verdict, transfer_of)
+from ..records.scores import (LOW_ANSWER_MASS, competence_block, pair_verdict, question_stats, score_order,
+                              summary_record)
 from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, table_records, true_fits, undecided
 from .fit import GROUPINGS, fit_formula
 from .load import evaluator_variant
@@ -83,7 +83,7 @@ class SimulationSpec:
     exclusion_rate: float = 0.0  # chance that a question of an item falls under min_answer_mass
     competence: float = 3.0  # the judge-competence control's signal (log-odds of a correct answer)
     failing_judges: int = 0  # the first k variants get competence 0: they fail the control
-    competence_threshold: float = 0.405  # the control's pass rule (scoring.competence_passed), on log-odds
+    competence_threshold: float = 0.405  # the control's pass rule (scores.competence_passed), on log-odds
     competence_max_excluded: float = 0.2
     n_resamples: int = 500  # the cells' article-level bootstrap
     seed: int = 0
@@ -306,7 +306,7 @@ COMPETENCE = "competence"  # the control's question (competence.QUESTION; the an
 
 def _competence_block(items: list[Item], spec: SimulationSpec) -> dict[str, Any]:
     """summary.json's judge_competence, by the cell's own block builder and pass rule
-    (scoring.competence_block). Its verdicts are pairwise in either setting (as the simulated questions'), 2 calls
+    (records/scores.competence_block). Its verdicts are pairwise in either setting (as the simulated questions'), 2 calls
     per article either way."""
     rows = [{"article_id": it.article_id, COMPETENCE: it.measured[COMPETENCE]} for it in items]
     block = competence_block(rows, COMPETENCE, spec.setting, spec.competence_threshold,

@@ -1,6 +1,7 @@
 """Stage 7, the cell record: one results.jsonl line per article and summary.json's statistics.
 
-Field names are the record schema's (records/schema.py), which the analysis reads back.
+Field names are the record schema's (records/schema.py), which the analysis reads back; the summary's counts
+and statistics are read by records/scores.py's rules (summary_record, question_stats), as the simulator's are.
 """
 
 from __future__ import annotations
@@ -8,9 +9,10 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..measurements import Measurement, Stage, registered
-from ..records.schema import LOGODDS, QUESTIONS, STATUS_COMPLETE, CellSummary, Item, QuestionStats, Verdict
+from ..records.schema import LOGODDS, QUESTIONS, CellSummary, Item, Verdict
+from ..records.scores import question_stats, summary_record
 from .inputs import CellInputs
-from .scoring import question_stats, unjudged_verdict
+from .scoring import unjudged_verdict
 from .summaries import own_origin
 
 Measured = Sequence[Tuple[Measurement, Stage]]
@@ -33,27 +35,6 @@ def item_records(inputs: CellInputs, verdicts: Sequence[Dict[str, Verdict]], mea
                 item.measured[m.item_key] = stage.records.get(a.id)
         items.append(item)
     return items
-
-
-def exclusion_counts(items: Sequence[Item], questions: Sequence[str]) -> Dict[str, int]:
-    """Items per exclusion reason (an item excluded in both questions for one reason counts once)."""
-    counts: Dict[str, int] = {}
-    for it in items:
-        for why in sorted({it.verdicts[q].exclusion_reason for q in questions if it.verdicts[q].excluded}):
-            counts[why] = counts.get(why, 0) + 1
-    return counts
-
-
-def summary_record(items: Sequence[Item], questions: Sequence[str], stats: Dict[str, QuestionStats],
-                   **fields: Any) -> CellSummary:
-    """A complete cell's summary.json from its items and their statistics: the counts and the position
-    consistency follow from them; `fields` are the rest (cell, n_articles, min_answer_mass, extra, ...).
-    The cell and the planted-bias simulator both build their summaries here."""
-    return CellSummary(
-        STATUS_COMPLETE, n_items=len(items),
-        n_excluded=sum(1 for it in items if any(it.verdicts[q].excluded for q in questions)),
-        exclusions=exclusion_counts(items, questions), questions=dict(stats),
-        position_consistency={q: stats[q].position_consistency for q in questions}, **fields)
 
 
 def cell_summary(inputs: CellInputs, items: Sequence[Item], measured: Measured = ()) -> CellSummary:

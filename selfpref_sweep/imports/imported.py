@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..cell.results import summary_record
-from ..cell.scoring import question_stats
 from ..errors import DataError
 from ..records.atomic import atomic_write_json, atomic_write_jsonl, atomic_write_text
 from ..records.schema import RESULTS_FILE, SUMMARY_FILE, CellCoordinates, Item
+from ..records.scores import question_stats, summary_record
 
 MANIFEST_FILE = "import.json"  # what was read, from where, what was left out and why, the defects flagged
 ORIGIN_KEY = "origin"  # an item's provenance: {"kind": "imported", "format", "file", "row"}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, Mapping, Optional
 
-from ..cell.scoring import individual_reading, individual_verdict, pair_verdict, score_order, unjudged_verdict
+from ..cell.scoring import individual_reading, individual_verdict, unjudged_verdict
 from ..models.base import AnswerDistribution
 from ..records.schema import OrderReading, SummaryReading, Verdict
+from ..records.scores import pair_verdict, score_order
 
 METHOD = "imported"
 PAIR_ANSWERS = ("1", "2")
@@ -50,7 +51,7 @@ def probabilities(raw: Any, answers) -> Optional[Dict[str, float]]:
 
 
 def order_reading(probs: Mapping[str, float], own_position: int) -> OrderReading:
-    """One order read as the cell reads it (scoring.score_order)."""
+    """One order read as the cell reads it (scores.score_order)."""
     return score_order(AnswerDistribution(dict(probs), method=METHOD), own_position, PAIR_ANSWERS)
 
 

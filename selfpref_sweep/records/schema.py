@@ -34,7 +34,7 @@ QUESTION_PREFIX = {"recognition": "rec", "preference": "pref"}  # the analysis f
 
 # results.jsonl: one line per article (Item below); per question a Verdict, whose fields are the schema's.
 ITEM_ID = "article_id"
-LOGODDS = "logodds"  # the position-debiased log-odds score (scoring.pair_logodds / individual_logodds)
+LOGODDS = "logodds"  # the position-debiased log-odds score (scores.pair_logodds / scoring.individual_logodds)
 
 # Values a missing coordinate takes in an older summary.json.
 CELL_DEFAULTS: Dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}

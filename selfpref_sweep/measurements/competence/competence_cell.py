@@ -8,7 +8,7 @@ the article's own summary and of the other article's, scored as individual recog
 summary: score P(Yes | true) / (P(Yes | true) + P(Yes | other)), log-odds log of that ratio). The requests go to
 the judge in the same batch as the cell's judge requests.
 
-The pass rule is read on the log-odds scale, the content signal beyond any position bias (scoring.pair_logodds:
+The pass rule is read on the log-odds scale, the content signal beyond any position bias (records/scores.pair_logodds:
 a judge with position bias 3 and content signal 1 scores 0.55 on the paper's scale, log-odds 1): the mean
 log-odds must reach judge.competence_threshold, its article-clustered CI must lie above 0, and at most
 judge.competence_max_excluded of the control's sampled articles may be excluded. A judge that fails cannot
@@ -25,7 +25,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from ...cell.dataset_loaders import Article, Dataset
 from ...cell.judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
 from ...cell.pairs import Pair
-from ...cell.scoring import competence_block, individual_reading, individual_verdict, score_items, unjudged
+from ...cell.scoring import individual_reading, individual_verdict, score_items, unjudged
+from ...records.scores import competence_block
 from ...cell.summaries import HUMAN, SummarySet, dataset_summaries
 from ...config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
 from ...models.base import AnswerRequest

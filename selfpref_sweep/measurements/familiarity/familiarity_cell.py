@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...cell.dataset_loaders import Article
 from ...cell.pairs import Pair
-from ...cell.scoring import article_mean
+from ...stats.article_means import article_mean
 from ...cell.summaries import generation_request
 from ...config import FamiliarityMode, JudgeConfig, ModelConfig
 from ...config.spec import reference_model_config, same_model_field
@@ -212,7 +212,7 @@ def summarize_familiarity(stage: FamiliarityStage, n_items: int, n_resamples: in
                           seed: int) -> Dict[str, Any]:
     """summary.json's familiarity block: mean own - other log-likelihood per token, and the likelihood
     recognizer's accuracy (share of items whose own summary is the likelier; a tie counts ½), each with an
-    article-clustered t CI (scoring.article_mean); with a reference model, the same of the reference and the
+    article-clustered t CI (article_means.article_mean); with a reference model, the same of the reference and the
     self-specific difference (judge's minus reference's), else why there is none."""
     if not stage.enabled:
         return {"enabled": False, "reason": stage.reason}

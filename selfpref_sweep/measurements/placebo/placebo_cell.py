@@ -36,7 +36,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ...cell.judging import OTHER as OTHER_SLOT, OWN as OWN_SLOT, ItemRequests, individual_request, pairwise_requests
 from ...cell.pairs import Pair
-from ...cell.scoring import article_mean, score_items
+from ...cell.scoring import score_items
+from ...stats.article_means import article_mean
 from ...config import JudgeConfig, ModelConfig, SettingName, Switch
 from ...errors import ConfigError
 from ...finetune import labels as L
