@@ -43,7 +43,7 @@ from scipy.special import expit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from selfpref_sweep.analysis.units import _unit_stat, unit_t  # noqa: E402
+from selfpref_sweep.analysis.estimate.units import _unit_stat, unit_t  # noqa: E402
 
 SOURCES = np.array([-0.4, 0.4])  # source effects (log-odds)
 EXCLUDED = 0.10

@@ -20,23 +20,17 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.analysis import callback as callback_mod
-from selfpref_sweep.analysis import pipeline
-from selfpref_sweep.analysis.callback import AnalysisCallback
-from selfpref_sweep.analysis.command import main as cli_main
-from selfpref_sweep.analysis.fit import (
-    LEVEL_ITEM,
-    LEVEL_SOURCE,
-    OLS_BY_VARIANT,
-    fit_interactions,
-    fit_ols,
-    fit_paper_units,
-    fit_robustness,
-)
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import to_markdown
-from selfpref_sweep.analysis.units import paper_units, source_points
+from selfpref_sweep.analysis.estimate.finetune_tests import fit_interactions
+from selfpref_sweep.analysis.estimate.fit import OLS_BY_VARIANT, fit_ols, fit_paper_units, fit_robustness
+from selfpref_sweep.analysis.estimate.units import paper_units, source_points
+from selfpref_sweep.analysis.job import callback as callback_mod
+from selfpref_sweep.analysis.job import pipeline
+from selfpref_sweep.analysis.job.callback import AnalysisCallback
+from selfpref_sweep.analysis.job.command import main as cli_main
+from selfpref_sweep.analysis.job.pipeline import run_analysis
+from selfpref_sweep.analysis.sweep.load import load_sweeps
+from selfpref_sweep.reporting.formatting import to_markdown
+from selfpref_sweep.reporting.grouping import LEVEL_ITEM, LEVEL_SOURCE
 
 REPO = Path(__file__).resolve().parents[1]
 NO_WANDB = {"mode": "disabled"}
@@ -566,7 +560,7 @@ _APP_CONF = textwrap.dedent(
         subdir: ${hydra.job.num}
       callbacks:
         analysis:
-          _target_: selfpref_sweep.analysis.callback.AnalysisCallback
+          _target_: selfpref_sweep.analysis.job.callback.AnalysisCallback
           enabled: true
     """
 )
@@ -623,8 +617,8 @@ def test_wandb_offline_summary_run(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_wandb_group_defaults_to_the_cells_group(tmp_path: Path) -> None:
-    from selfpref_sweep.analysis.callback import _wandb_cfg
-    from selfpref_sweep.analysis.wandb_log import resolve_wandb_cfg
+    from selfpref_sweep.analysis.job.callback import _wandb_cfg
+    from selfpref_sweep.analysis.tracking.wandb_log import resolve_wandb_cfg
 
     sweep = tmp_path / "outputs" / "multirun" / "2026-11-21" / "20-30-00"
     cell = write_cell(sweep, 0)
@@ -643,7 +637,7 @@ def test_wandb_group_defaults_to_the_cells_group(tmp_path: Path) -> None:
 
 def test_importing_the_callback_stays_light() -> None:
     # Hydra imports the callback at the start of every run: no pandas / matplotlib / wandb there.
-    code = ("import sys, selfpref_sweep.analysis.callback as c; "
+    code = ("import sys, selfpref_sweep.analysis.job.callback as c; "
             "print(sorted(m for m in ('pandas', 'matplotlib', 'statsmodels', 'wandb') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

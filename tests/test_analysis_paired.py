@@ -1,4 +1,4 @@
-"""Fine-tuned vs base on the same items (analysis/paired.py), and fine-tunes that the readable variant name
+"""Fine-tuned vs base on the same items (analysis/estimate/paired.py), and fine-tunes that the readable variant name
 would merge (a learning-rate sweep) kept apart."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.analysis import simulate as sim
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.paired import finetune_vs_base
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.estimate.paired import finetune_vs_base
+from selfpref_sweep.analysis.job.pipeline import run_analysis
+from selfpref_sweep.analysis.study import simulate as sim
+from selfpref_sweep.analysis.sweep.load import evaluator_variant, load_sweeps
 
 from .test_analysis import NO_WANDB, write_cell
 
@@ -25,7 +25,7 @@ def test_paired_differences_recover_the_planted_changes(tmp_path: Path) -> None:
                               slope=0.5, noise=0.3, article_sd=1.0, n_resamples=200, seed=3)
     sim.write_sweep(spec, tmp_path / "s")
     diffs = finetune_vs_base(load_sweeps([tmp_path / "s"]).items, n_resamples=400)
-    planted = {sim.evaluator_variant({**vars(v.coordinates(spec, "", "")), "own_summaries": ""}): v
+    planted = {evaluator_variant({**vars(v.coordinates(spec, "", "")), "own_summaries": ""}): v
                for v in sim.variants(spec)}
     base = planted.pop(sim.EVALUATOR)
     assert len(diffs) == len(planted) == 5
@@ -67,7 +67,7 @@ def test_report_has_the_section_only_with_finetuned_cells(tmp_path: Path) -> Non
     assert "## Fine-tuned vs base model on the same items" in report
     assert (result.out_dir / "analysis" / "finetune_vs_base.png").is_file()
     assert (result.out_dir / "analysis" / "finetune_vs_base.csv").is_file()
-    row, = result.diffs.itertuples()
+    row, = result.est.diffs.itertuples()
     assert row.drec_paper_mean == pytest.approx(0.10) and row.dpref_paper_mean == pytest.approx(0.0)
 
 

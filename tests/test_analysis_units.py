@@ -15,13 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis import simulate as sim
-from selfpref_sweep.analysis.fit import LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.items_view import collect_items
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.estimate.units import paper_units
+from selfpref_sweep.analysis.job.pipeline import run_analysis, summary_text
+from selfpref_sweep.analysis.report.items_view import collect_items
+from selfpref_sweep.analysis.study import simulate as sim
+from selfpref_sweep.analysis.sweep.load import load_sweeps
 from selfpref_sweep.measurements.competence.competence_report import COMPETENCE_COLUMN, JUDGE_FAILED, quality_table
-from selfpref_sweep.analysis.units import paper_units
+from selfpref_sweep.reporting.grouping import LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT
 
 from .test_analysis import NO_WANDB, write_cell
 
@@ -71,7 +71,7 @@ def test_headline_recovers_a_known_slope_intercept_and_r(tmp_path: Path) -> None
     assert round(fit.slope, 3) == 0.500
     assert round(fit.intercept, 3) == 0.200
     assert round(fit.r, 3) == round(0.05 / math.sqrt(0.1 * 0.026), 3) == 0.981
-    units = result.units.set_index("evaluator_variant")
+    units = result.est.units.set_index("evaluator_variant")
     for k, x in enumerate(UNIT_X):
         assert units.loc[f"judge{k}", "rec_paper_mean"] == pytest.approx(x, abs=1e-12)
         assert units.loc[f"judge{k}", "n_items"] == 6 and units.loc[f"judge{k}", "n_items_excluded"] == 2
@@ -107,9 +107,9 @@ def test_simulator_recovers_the_planted_effects(tmp_path: Path) -> None:
         assert f.ok and f.n == 7
         assert f.slope_ci_low < planted[f.scale]["slope"] < f.slope_ci_high, f
         assert f.slope_ci_low > 0  # and detected
-    item, = [f for f in result.robustness_fits if f.level == LEVEL_ITEM and f.scale == "logodds"]
+    item, = [f for f in result.est.robustness_fits if f.level == LEVEL_ITEM and f.scale == "logodds"]
     assert item.slope_ci_low < 0.4 < item.slope_ci_high and item.n_clusters == 30
-    interaction = next(r for r in result.interactions if r.level == LEVEL_UNIT and r.scale == "logodds")
+    interaction = next(r for r in result.est.interactions if r.level == LEVEL_UNIT and r.scale == "logodds")
     assert planted["logodds"]["interaction"] == pytest.approx(0.0, abs=1e-12)  # controls on the same line
     assert interaction.ok and interaction.ci_low < 0.0 < interaction.ci_high
     text = sim.comparison_text(spec, result)
@@ -166,12 +166,12 @@ def test_report_names_cells_whose_judge_failed_the_control(tmp_path: Path) -> No
     md, html = result.report_md.read_text(), result.report_html.read_text()
     section = md.split("## Judges that failed the competence control")[1].split("\n## ")[0]
     for cell_id in failed["cell_id"]:
-        assert cell_id in section and cell_id in html and cell_id in result.summary_text()
-    assert JUDGE_FAILED in section and JUDGE_FAILED in html and JUDGE_FAILED in result.summary_text()
+        assert cell_id in section and cell_id in html and cell_id in summary_text(result)
+    assert JUDGE_FAILED in section and JUDGE_FAILED in html and JUDGE_FAILED in summary_text(result)
     assert "the judge could not do this task; a null here is uninformative" == JUDGE_FAILED
     passed = result.data.cells[result.data.cells["jc_passed"].map(lambda v: v is True)]
     assert not any(f"| {c} |" in section for c in passed["cell_id"])
-    units = result.units.set_index("evaluator_variant")["judge_competence"]
+    units = result.est.units.set_index("evaluator_variant")["judge_competence"]
     assert units["simllm"] == "failed" and set(units.drop("simllm")) == {"passed"}
 
 
@@ -208,7 +208,7 @@ def test_quality_columns_read_defensively(tmp_path: Path) -> None:
     assert cells.set_index("source").loc["human", "rec_logodds_mean"] == 0.8
     # Older cells without log-odds: only the paper's scale is fitted, and the report says why.
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
-    assert {f.scale for f in result.unit_fits} == {"paper"}
+    assert {f.scale for f in result.est.unit_fits} == {"paper"}
     assert "older sweep" in result.report_md.read_text()
 
 
@@ -239,28 +239,28 @@ def test_settings_and_label_conditions_are_never_pooled(tmp_path: Path) -> None:
         for (setting, label), slope in conditions.items():
             f = fits[f"{setting} / {label}"]
             assert f.ok and f.n == 5 and np.sign(f.slope) == np.sign(slope) and f.slope_ci_low * f.slope_ci_high > 0
-    for f in result.unit_fits + result.robustness_fits:
+    for f in result.est.unit_fits + result.est.robustness_fits:
         assert " / ".join(f.group.split(" / ")[:2]) in groups, f.group
-    for f in result.robustness_fits:
+    for f in result.est.robustness_fits:
         if f.level == LEVEL_SOURCE:
             assert f.n == 10 and f.n_clusters == 5  # one condition's cells, clustered by its 5 variants
-    for r in result.interactions:
+    for r in result.est.interactions:
         assert " / ".join(r.group.split(" / ")[:2]) in groups and r.n in (4, 8)  # the fine-tuned points of one condition only
     # Each unit belongs to one condition; the same variant appears once per condition.
-    assert len(result.units) == 15 and result.units.groupby(["setting", "label"]).size().tolist() == [5, 5, 5]
+    assert len(result.est.units) == 15 and result.est.units.groupby(["setting", "label"]).size().tolist() == [5, 5, 5]
 
 
 def test_base_and_finetuned_meet_only_through_the_variant_factor(tmp_path: Path) -> None:
     sim.write_sweep(sim.SimulationSpec(**SMALL), tmp_path / "s")
     result = run_analysis([tmp_path / "s"], wandb_cfg=NO_WANDB)
-    for f in result.robustness_fits:
+    for f in result.est.robustness_fits:
         if f.level == LEVEL_ITEM:
             assert "slope within 5 evaluator variants" in f.note and math.isnan(f.intercept)
         else:
             assert f.cluster_by == "evaluator variant" and f.n_clusters == 5
-    variants = set(result.units["evaluator_variant"])
+    variants = set(result.est.units["evaluator_variant"])
     assert "simllm" in variants and "simllm [ft recognition on sim_xsum, n=2]" in variants
-    assert isinstance(result.units, pd.DataFrame) and result.units["is_finetuned"].tolist().count(False) == 1
+    assert isinstance(result.est.units, pd.DataFrame) and result.est.units["is_finetuned"].tolist().count(False) == 1
 
 
 def test_own_summaries_from_a_dataset_make_another_variant(tmp_path: Path) -> None:

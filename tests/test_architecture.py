@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle among its modules, and the analysis reads records only."""
+"""The package's shape: no import cycle among its modules, the analysis reads records only, and the report kit sits
+below the analysis and the measurements' report sides."""
 
 from __future__ import annotations
 
@@ -82,9 +83,9 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 
 def _analysis_side(name: str) -> bool:
-    """The analysis, and each measurement's report side (measurements/<name>/<x>_report.py and the modules of
-    columns it shares with the analysis)."""
-    return name.startswith("selfpref_sweep.analysis") or (
+    """The analysis, the report kit, and each measurement's report side (measurements/<name>/<x>_report.py and the
+    modules of columns it shares with the analysis)."""
+    return name.startswith(("selfpref_sweep.analysis", "selfpref_sweep.reporting")) or (
         name.startswith("selfpref_sweep.measurements.") and name.endswith(("_report", "_columns")))
 
 
@@ -123,6 +124,43 @@ def test_the_analysis_loads_no_measurement_cell_side():
     for name, deps in graph.items():
         if _analysis_side(name):
             assert not any(d.endswith("_cell") for d in deps), (name, sorted(deps))
+
+
+def test_the_report_kit_sits_below_the_analysis_and_the_measurements():
+    """selfpref_sweep.reporting holds what the analysis and the measurements' report sides share (report items, table
+    formatting, method texts, figures): it imports neither, and a measurement's report side imports the kit, never
+    the analysis."""
+    graph = import_graph()
+    kit = [name for name in graph if name.startswith("selfpref_sweep.reporting")]
+    assert "selfpref_sweep.reporting.items" in kit
+    for name in kit:
+        assert not any(d.startswith(("selfpref_sweep.analysis", "selfpref_sweep.measurements")) for d in graph[name]), \
+            (name, sorted(graph[name]))
+    for name, deps in graph.items():
+        if name.startswith("selfpref_sweep.measurements.") and name.endswith(("_report", "_columns")):
+            assert not any(d.startswith("selfpref_sweep.analysis") for d in deps), (name, sorted(deps))
+
+
+def test_the_analysis_imports_nothing_of_the_cell():
+    """The analysis reads records; what it shares with the cell (the scoring rules, the t interval over articles)
+    sits below both, in records/ and stats/."""
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith("selfpref_sweep.analysis"):
+            assert not any(d.startswith("selfpref_sweep.cell") for d in deps), (name, sorted(deps))
+
+
+MAX_MODULES_PER_FOLDER, MAX_MODULE_LINES = 15, 600
+
+
+def test_no_folder_is_crowded_and_no_module_is_long():
+    """A folder past 15 modules wants subpackages by concern, and a module past 600 lines a split by concern."""
+    for folder in sorted({p.parent for p in PACKAGE.rglob("*.py")}):
+        modules = [p.name for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+        assert len(modules) <= MAX_MODULES_PER_FOLDER, (str(folder.relative_to(PACKAGE)), len(modules))
+    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
 
 
 def _mentions_backend(node: ast.AST) -> bool:

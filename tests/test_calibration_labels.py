@@ -1,17 +1,18 @@
 """Rows whose interval or test missed its stated rate in the simulator's coverage study are printed with a
-label, never bare (analysis/calibration.py). The labels are derived from the coverage table as data
-(analysis/calibration.json, written by `simulate --coverage --out-json`): these tests feed planted tables and
+label, never bare (analysis/study/calibration.py). The labels are derived from the coverage table as data
+(analysis/study/calibration.json, written by `simulate --coverage --out-json`): these tests feed planted tables and
 check the shipped one."""
 
 import math
 
 import pytest
 
-from selfpref_sweep.analysis import calibration as C
-from selfpref_sweep.analysis import resample as RS
-from selfpref_sweep.analysis import tables as T
-from selfpref_sweep.analysis.fit import (LEVEL_SOURCE, LEVEL_UNIT, MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN,
-                                         FitResult, InteractionResult, SpecificityResult)
+from selfpref_sweep.analysis.estimate import resample as RS
+from selfpref_sweep.analysis.estimate.finetune_tests import InteractionResult, SpecificityResult
+from selfpref_sweep.analysis.estimate.fit import MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN, FitResult
+from selfpref_sweep.analysis.report import fit_tables as T
+from selfpref_sweep.analysis.study import calibration as C
+from selfpref_sweep.reporting.grouping import LEVEL_SOURCE, LEVEL_UNIT
 
 POOLED, PER_DATASET = "setting × label", "setting × label × dataset"
 HOLDS, FAILS, MC = "holds", "does not hold", "within MC error"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from selfpref_sweep.measurements.familiarity.familiarity_report import authorship_baselines_table, baseline_reading
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.plan import plan_cell
 from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config import AdapterConfig, ModelConfig

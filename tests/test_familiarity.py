@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from selfpref_sweep.measurements.familiarity.familiarity_report import fit_familiarity, likelihood_units
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.cell.plan import plan_cell
 from selfpref_sweep.cell.prompts import summarize_messages
@@ -200,7 +200,7 @@ def _synthetic_sweep(root, driver: str, n_articles=60, seed=0):
 
 
 def _paper_fit(sweep):
-    from selfpref_sweep.analysis.load import load_sweeps
+    from selfpref_sweep.analysis.sweep.load import load_sweeps
 
     fits = [f for f in fit_familiarity(load_sweeps([sweep]).items) if f.scale == "paper"]
     assert len(fits) == 1 and fits[0].ok, fits
@@ -223,7 +223,7 @@ def test_recognition_coefficient_stays_when_recognition_drives_preference(tmp_pa
 
 
 def test_likelihood_units_average_over_sources(tmp_path):
-    from selfpref_sweep.analysis.load import load_sweeps
+    from selfpref_sweep.analysis.sweep.load import load_sweeps
 
     sweep = tmp_path / "sweep"
     _write_cell(sweep, 0, "m1", "s1", [("a1", 0.6, 0.6, 0.2), ("a2", 0.7, 0.6, -0.1)])  # recognizer 0.5

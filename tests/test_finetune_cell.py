@@ -1,6 +1,6 @@
 """Fine-tuned cells end to end through run.py (fake backend, weight-free trainer): a sweep trains each
 distinct fine-tune once, evaluates in-domain on held-out articles and cross-dataset on the other dataset,
-and records the fine-tune in summary.json. Skipped until cell/runner.py calls the fine-tuning machinery."""
+and records the fine-tune in summary.json. Skipped until run/runner.py calls the fine-tuning machinery."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_a_seed_sweep_gives_one_cached_adapter_per_seed(tmp_path):
     """Replicated fine-tunes: finetune_task.seed as a sweep axis trains one adapter per seed (example order,
     LoRA init and dropout all follow it), each cached under its own key, and the analysis keeps them apart as
     evaluator variants. A second launch of the same sweep trains nothing."""
-    from selfpref_sweep.analysis.load import load_sweeps
+    from selfpref_sweep.analysis.sweep.load import load_sweeps
 
     args = ("finetune_task=recognition", "finetune_task.n_articles=3", "finetune_task.seed=0,1,2",
             "dataset.n_articles=4", "source=human")

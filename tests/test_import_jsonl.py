@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.analysis.load import load_sweeps
+from selfpref_sweep.analysis.sweep.load import load_sweeps
 from selfpref_sweep.imports.__main__ import main as imports_main
 from selfpref_sweep.imports.imported import MANIFEST_FILE, ImportInputError
 from selfpref_sweep.imports.jsonl_format import NOT_IN_FILE, export_jsonl, import_jsonl

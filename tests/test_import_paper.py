@@ -142,7 +142,7 @@ def test_defects_are_flagged_in_the_cells(imported):
 
 
 def test_the_analysis_reads_the_imported_sweep(imported, tmp_path):
-    from selfpref_sweep.analysis.pipeline import run_analysis
+    from selfpref_sweep.analysis.job.pipeline import run_analysis
 
     _, _, out, _ = imported
     copy = tmp_path / "sweep"
@@ -234,7 +234,7 @@ def test_the_papers_numbers_from_the_real_files(tmp_path):
 
 
 def test_the_item_viewer_of_a_large_sweep_shows_each_cells_first_items(imported):
-    from selfpref_sweep.analysis.items_view import collect_items, render_items_html
+    from selfpref_sweep.analysis.report.items_view import collect_items, render_items_html
 
     _, _, out, manifest = imported
     data = collect_items([out], max_items=100)

@@ -12,10 +12,12 @@ import pandas as pd
 import pytest
 from statsmodels.regression.linear_model import OLS
 
-from selfpref_sweep.analysis.fit import LEVEL_SOURCE, fit_interaction, fit_ols
-from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import fmt_ci, fmt_proportion, interaction_table, regression_table, to_markdown
-from selfpref_sweep.analysis.tables import wilson_ci
+from selfpref_sweep.analysis.estimate.finetune_tests import fit_interaction
+from selfpref_sweep.analysis.estimate.fit import fit_ols
+from selfpref_sweep.analysis.job.pipeline import run_analysis, summary_text
+from selfpref_sweep.analysis.report.fit_tables import interaction_table, regression_table
+from selfpref_sweep.reporting.formatting import fmt_ci, fmt_proportion, to_markdown, wilson_ci
+from selfpref_sweep.reporting.grouping import LEVEL_SOURCE
 from selfpref_sweep.stats.clustered import TOO_FEW, ClusteredOLS
 from tests.test_analysis import NO_WANDB, write_cell
 
@@ -147,4 +149,4 @@ def test_the_report_of_a_sweep_on_one_line_has_no_zero_width_interval(tmp_path: 
     report = result.report_md.read_text(encoding="utf-8")
     assert "no interval: every point lies on one line" in report
     _no_equal_ends(report)
-    _no_equal_ends(result.summary_text())
+    _no_equal_ends(summary_text(result))

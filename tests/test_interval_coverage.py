@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from selfpref_sweep.analysis.units import _unit_stat, unit_mean_ci, unit_t
+from selfpref_sweep.analysis.estimate.units import _unit_stat, unit_mean_ci, unit_t
 
 REPS, N_ARTICLES = 400, 10
 SOURCES = np.array([-0.4, 0.4])

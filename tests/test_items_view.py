@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.analysis.items_view import collect_items, write_items_html
+from selfpref_sweep.analysis.report.items_view import collect_items, write_items_html
 
 DEMO = {a["id"]: a for a in json.loads((Path(__file__).resolve().parents[1] / "selfpref_sweep" / "data"
                                         / "demo_articles.json").read_text())}

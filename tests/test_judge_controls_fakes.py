@@ -140,8 +140,8 @@ def test_a_judge_that_answers_every_question_alike_agrees_alike(compose_cfg, tmp
 
 def test_the_report_says_which_cells_mean_something(compose_cfg, tmp_path):
     """The three judges' cells in one analysis: the verdict column names why each is or is not informative."""
-    from selfpref_sweep.analysis import judge_controls as J
-    from selfpref_sweep.analysis.load import load_sweeps
+    from selfpref_sweep.analysis.report import judge_controls as J
+    from selfpref_sweep.analysis.sweep.load import load_sweeps
 
     sweep = tmp_path / "sweep"
     for backend in ("position", "reader", "alike"):

@@ -1,6 +1,7 @@
-"""Length-controlled self-preference (analysis/length_control.py): planted items where preference follows length
-only, or own-preference only, word counts missing, too few articles; and the report section, CSV and
-regressions.json section where the items carry word counts (and none where they do not)."""
+"""Length-controlled self-preference (analysis/estimate/length_control.py, report/length_control_section.py):
+planted items where preference follows length only, or own-preference only, word counts missing, too few articles;
+and the report section, CSV and regressions.json section where the items carry word counts (and none where they do
+not)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pandas as pd
 import pytest
 from scipy.special import expit
 
-from selfpref_sweep.analysis.length_control import (NAME, SECTION, has_word_counts, length_control_table,
-                                                    length_controlled, verdict)
-from selfpref_sweep.analysis.units import paper_units
+from selfpref_sweep.analysis.estimate.length_control import has_word_counts, length_controlled
+from selfpref_sweep.analysis.estimate.units import paper_units
+from selfpref_sweep.analysis.report.length_control_section import NAME, SECTION, length_control_table, verdict
 
 from .test_analysis import NO_WANDB, write_cell
 
@@ -112,7 +113,7 @@ def _with_summaries(cell_dir: Path, own_words: list[int], other_words: int = 20)
 
 
 def test_the_report_shows_it_only_where_the_items_carry_word_counts(tmp_path: Path) -> None:
-    from selfpref_sweep.analysis.pipeline import run_analysis
+    from selfpref_sweep.analysis.job.pipeline import run_analysis
 
     plain = tmp_path / "plain"
     write_cell(plain, 0, source="human")

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from selfpref_sweep.analysis.items_view import write_items_html
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.report.items_view import write_items_html
+from selfpref_sweep.analysis.sweep.load import load_sweeps
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.plan import plan_cell
 from selfpref_sweep.cell.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell

@@ -10,7 +10,7 @@ import yaml
 from statsmodels.stats.proportion import proportion_confint
 
 from selfpref_sweep.measurements.placebo import placebo_report as Q
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD
 from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.cell.plan import plan_cell

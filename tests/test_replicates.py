@@ -1,5 +1,5 @@
-"""Replicated fine-tunes (stats/replicates.py, analysis/arms.py): an arm's adapters pooled with training
-randomness in the interval, and the resampled fits' between-adapter variance (analysis/resample.py)."""
+"""Replicated fine-tunes (stats/replicates.py, analysis/estimate/arms.py): an arm's adapters pooled with training
+randomness in the interval, and the resampled fits' between-adapter variance (analysis/estimate/resample.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis import resample as RS
-from selfpref_sweep.analysis.arms import arm_deltas
-from selfpref_sweep.analysis.load import arm_name
-from selfpref_sweep.analysis.simulate import CoverageDesign, draw_items, variants
+from selfpref_sweep.analysis.estimate import resample as RS
+from selfpref_sweep.analysis.estimate.arms import arm_deltas
+from selfpref_sweep.analysis.study.coverage_mode import CoverageDesign
+from selfpref_sweep.analysis.study.design import draw_items, variants
+from selfpref_sweep.analysis.sweep.load import arm_name
 from selfpref_sweep.stats.replicates import pooled_delta, replicate_contrast
 
 
@@ -105,9 +106,9 @@ def test_a_positive_control_is_read_toward_its_trained_direction_and_kept_out_of
     the longer one on half the articles, so its Δ self-preference cancels; the analysis reads the Δ toward the
     longer summary (positive_control.py), which shows the move, leaves out and counts the tied items, and fits
     preference on recognition without the arm."""
-    from selfpref_sweep.analysis import tables as T
-    from selfpref_sweep.analysis.estimates import estimate
-    from selfpref_sweep.analysis.positive_control import TRAINED_TOWARD
+    from selfpref_sweep.analysis.estimate.estimates import estimate
+    from selfpref_sweep.analysis.estimate.positive_control import TRAINED_TOWARD
+    from selfpref_sweep.analysis.report import unit_tables as T
     from selfpref_sweep.config import POSITIVE_CONTROL_TASKS
 
     assert set(TRAINED_TOWARD) == {t.value for t in POSITIVE_CONTROL_TASKS}  # every control has a direction
@@ -148,8 +149,8 @@ def test_with_replicated_arms_the_interaction_is_fitted_on_arm_means():
     """Each arm's adapters averaged into one point per dataset (and source): the plain and the resampled
     interaction then have one point per arm, as a one-adapter sweep has, and say so; the plain fit's estimate is
     OLS on those means. One adapter per arm: the points are left alone."""
-    from selfpref_sweep.analysis.fit import fit_interactions
-    from selfpref_sweep.analysis.units import paper_units, source_points
+    from selfpref_sweep.analysis.estimate.finetune_tests import fit_interactions
+    from selfpref_sweep.analysis.estimate.units import paper_units, source_points
     items = draw_items(CoverageDesign(adapters_per_arm=3, adapter_sd=0.1).spec("pairwise", 10),
                        np.random.default_rng(4))
     units, points = paper_units(items, None, seed=0), source_points(items)
@@ -199,7 +200,7 @@ def test_the_interval_uses_the_median_unbiased_training_variance():
 
 
 def test_an_arm_of_two_adapters_carries_its_measured_coverage():
-    from selfpref_sweep.analysis.tables import TWO_ADAPTERS, arm_deltas_table
+    from selfpref_sweep.analysis.report.unit_tables import TWO_ADAPTERS, arm_deltas_table
 
     spec = CoverageDesign(adapters_per_arm=2, adapter_sd=0.4).spec("pairwise", 10)
     table = arm_deltas_table(arm_deltas(draw_items(spec, np.random.default_rng(0))))

@@ -1,4 +1,4 @@
-"""The report as a declarative list of items (analysis/report_items.py): a sweep's design decides which
+"""The report as a declarative list of items (analysis/report/report_items.py): a sweep's design decides which
 sections it shows. A label sweep (cells that differ only by label, conf/label/) gets the label conditions
 compared on the same items instead of empty headline rows and one-point scatter plots."""
 
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from selfpref_sweep.analysis import report_items as R
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.paired import has_label_pairs, label_vs_reference
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.estimate.paired import has_label_pairs, label_vs_reference
+from selfpref_sweep.analysis.job.pipeline import run_analysis, summary_text
+from selfpref_sweep.analysis.report import report_items as R
+from selfpref_sweep.analysis.sweep.load import load_sweeps
+from selfpref_sweep.reporting.items import NOT_LOGGED, REPORT_TABLE, RUN_TABLE, Design, ReportItem
 
 from .test_analysis import NO_WANDB, small_sweep, write_cell
 
@@ -44,7 +45,7 @@ def label_sweep(root: Path, evaluators: tuple[str, ...] = ("qwen05",)) -> Path:
 
 def test_a_three_cell_label_sweep_gets_the_label_comparison_not_an_empty_headline(tmp_path: Path) -> None:
     result = run_analysis([label_sweep(tmp_path)], wandb_cfg=NO_WANDB)
-    md, html, printed = result.report_md.read_text(), result.report_html.read_text(), result.summary_text()
+    md, html, printed = result.report_md.read_text(), result.report_html.read_text(), summary_text(result)
     # No headline (one paper unit per condition cannot give a line): no section, rows, sentences or scatter.
     for doc in (md, html, printed):
         assert "Headline" not in doc and "not enough paper units (n=1)" not in doc
@@ -71,7 +72,7 @@ def test_a_three_cell_label_sweep_gets_the_label_comparison_not_an_empty_headlin
         assert row["dpref_paper_ci_high"] == pytest.approx(diffs.mean() + half, rel=1e-6)
         assert row["dpref_paper_ci_low"] < SHIFT[label] < row["dpref_paper_ci_high"]
         # Each condition's preference is its paper unit's, CI included: the same items, the same interval.
-        unit = result.units[result.units["label"] == label].iloc[0]
+        unit = result.est.units[result.est.units["label"] == label].iloc[0]
         for k in ("mean", "ci_low", "ci_high"):
             assert row[f"pref_paper_{k}"] == pytest.approx(unit[f"pref_paper_{k}"])
         line = next(x for x in md.splitlines() if x.startswith(f"| pairwise | paper_xsum | qwen05 | {label} | none |"))
@@ -87,7 +88,7 @@ def test_a_label_sweep_that_supports_the_headline_keeps_it(tmp_path: Path) -> No
     assert "## Headline: self-preference on self-recognition at the paper's unit" in md
     assert [f.group for f in result.headline_fits()] == ["pairwise / correct", "pairwise / none", "pairwise / wrong"]
     assert all(f.ok and f.n == 3 for f in result.headline_fits())
-    assert "Headline: the paper's unit" in result.summary_text()
+    assert "Headline: the paper's unit" in summary_text(result)
     assert (result.out_dir / "analysis" / "preference_vs_recognition.png").is_file()
     assert "## Label conditions on the same items" in md and len(result.labels) == 2 * 3
 
@@ -95,7 +96,7 @@ def test_a_label_sweep_that_supports_the_headline_keeps_it(tmp_path: Path) -> No
 def test_a_sweep_without_label_pairs_has_no_label_comparison(tmp_path: Path) -> None:
     result = run_analysis([small_sweep(tmp_path)], wandb_cfg=NO_WANDB)
     md = result.report_md.read_text()
-    assert "Label conditions" not in md and "Label conditions" not in result.summary_text()
+    assert "Label conditions" not in md and "Label conditions" not in summary_text(result)
     assert "## Headline: self-preference on self-recognition at the paper's unit" in md
     assert not (result.out_dir / "analysis" / "label_comparison.csv").exists()
     assert "label_comparison" not in result.tables  # nor a W&B table
@@ -122,18 +123,18 @@ def test_the_item_list_is_declarative_and_complete() -> None:
     items = R.report_items()
     names = [item.name for item in items]
     assert len(names) == len(set(names))
-    assert {item.to_wandb for item in items} <= {R.NOT_LOGGED, R.RUN_TABLE, R.REPORT_TABLE}
+    assert {item.to_wandb for item in items} <= {NOT_LOGGED, RUN_TABLE, REPORT_TABLE}
     # The W&B report holds the regression tables (and the label comparison where the design has it), and the
     # judge controls' verdicts, which say which of those results mean something.
-    assert [i.name for i in items if i.to_wandb == R.REPORT_TABLE] == [
+    assert [i.name for i in items if i.to_wandb == REPORT_TABLE] == [
         "label_comparison", "regression_units", "regression_resampled", "paper_trend", "regression_robustness",
         "specificity", "interaction", "judge_controls"]
-    everything = R.Design(label_pairs=False, max_condition_units=0, finetuned=True, diffs=True, trends=True,
+    everything = Design(label_pairs=False, max_condition_units=0, finetuned=True, diffs=True, trends=True,
                           logodds_cells=True, measured=frozenset({"familiarity"}))
     assert R.plot_stems(everything) == {"preference_vs_recognition", "finetune_vs_base", "heatmap_recognition",
                                         "heatmap_preference"}
     # A label design with one unit per condition and no fine-tunes: no headline, no fine-tune tests.
-    labels_only = R.Design(label_pairs=True, max_condition_units=1, finetuned=False, diffs=False, trends=False,
+    labels_only = Design(label_pairs=True, max_condition_units=1, finetuned=False, diffs=False, trends=False,
                            logodds_cells=False)
     shown = {i.name for i in items if i.applies(labels_only)}
     assert "label_comparison" in shown and not shown & {"regression_units", "specificity", "interaction"}
@@ -142,7 +143,7 @@ def test_the_item_list_is_declarative_and_complete() -> None:
 
 def test_every_report_table_builds_from_an_empty_frame_without_error() -> None:
     # The label table takes paired.label_vs_reference's columns even when there is nothing to compare.
-    from selfpref_sweep.analysis.tables import label_comparison_table
+    from selfpref_sweep.analysis.report.unit_tables import label_comparison_table
 
     table = label_comparison_table(label_vs_reference(pd.DataFrame()))
     assert table.empty and "Δ preference [95% CI]" in table.columns
@@ -151,7 +152,7 @@ def test_every_report_table_builds_from_an_empty_frame_without_error() -> None:
 def test_a_section_with_nothing_fitted_says_why_in_one_line() -> None:
     from types import SimpleNamespace as NS
 
-    from selfpref_sweep.analysis.report import unfitted_line
+    from selfpref_sweep.reporting.items import unfitted_line
 
     assert unfitted_line([NS(ok=True, note=""), NS(ok=False, note="not enough cells (n=2)")]) == ""
     line = unfitted_line([NS(ok=False, note="not enough cells (n=2)."), NS(ok=False, note="not enough cells (n=2)"),
@@ -167,7 +168,7 @@ def test_every_method_text_is_used_and_reads_as_paragraphs() -> None:
     """The report's prose lives in texts/*.md files beside the code that shows it; each is named by that code."""
     from pathlib import Path
 
-    package = Path(R.__file__).resolve().parents[1]
+    package = Path(R.__file__).resolve().parents[2]
     files = sorted(package.rglob("texts/*.md"))
     code = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
     assert len(files) >= 19
@@ -180,7 +181,7 @@ def test_every_method_text_is_used_and_reads_as_paragraphs() -> None:
 def test_a_measurement_item_following_no_item_is_a_clear_error(monkeypatch) -> None:
     import types
 
-    stray = types.SimpleNamespace(ITEMS=(R.ReportItem("stray", "Stray", after="no_such_item"),))
+    stray = types.SimpleNamespace(ITEMS=(ReportItem("stray", "Stray", after="no_such_item"),))
     monkeypatch.setattr(R, "measurement_reports", lambda: [(None, stray)])
     with pytest.raises(ValueError, match="'stray' is to follow 'no_such_item', but no report item has that name"):
         R.report_items()

@@ -11,10 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis import resample as RS
-from selfpref_sweep.analysis import tables as T
-from selfpref_sweep.analysis.fit import GROUPINGS, LEVEL_UNIT, OLS_PLAIN, fit_paper_units
-from selfpref_sweep.analysis.simulate import CoverageDesign, coverage_truth, draw_items
+from selfpref_sweep.analysis.estimate import resample as RS
+from selfpref_sweep.analysis.estimate.fit import OLS_PLAIN, fit_paper_units
+from selfpref_sweep.analysis.report import fit_tables as T
+from selfpref_sweep.analysis.study.coverage_mode import CoverageDesign, coverage_truth
+from selfpref_sweep.analysis.study.design import draw_items
+from selfpref_sweep.reporting.grouping import GROUPINGS, LEVEL_UNIT
 
 POOLED = GROUPINGS[0][0]
 DESIGN = CoverageDesign()
@@ -135,7 +137,7 @@ def test_resampled_rows_that_miss_their_target_carry_the_calibration_label(monke
     """A planted coverage table (calibration.py reads it as data): the corrected source-level slope pooled over
     datasets under-covers, the corrected shift over-rejects pooled at the source level; per dataset the slope
     holds, and so does the interaction."""
-    from selfpref_sweep.analysis import calibration as C
+    from selfpref_sweep.analysis.study import calibration as C
 
     def rec(key, rate, verdict, kind):
         return {"setting": "individual", "n_articles": 10, "key": key, "kind": kind, "rate": rate, "se": 0.02,

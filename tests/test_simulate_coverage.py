@@ -1,4 +1,4 @@
-"""The simulator's coverage mode (python -m selfpref_sweep.analysis.simulate --coverage): rows, data path, arithmetic."""
+"""The simulator's coverage mode (python -m selfpref_sweep.analysis.study.simulate --coverage): rows, data path, arithmetic."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis import coverage as cov
-from selfpref_sweep.analysis import simulate as sim
-from selfpref_sweep.analysis.load import load_sweeps
+from selfpref_sweep.analysis.study import coverage as cov
+from selfpref_sweep.analysis.study import coverage_mode as cm
+from selfpref_sweep.analysis.study import design
+from selfpref_sweep.analysis.study import simulate as sim
+from selfpref_sweep.analysis.sweep.load import load_sweeps
 
 
 def test_coverage_mode_prints_every_row_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,8 +37,8 @@ def test_coverage_mode_prints_every_row_and_resumes(tmp_path: Path, capsys: pyte
 
 
 def test_the_design_plants_its_truths() -> None:
-    design = sim.CoverageDesign()
-    truth = sim.coverage_truth(design.spec("pairwise", 10))
+    design = cm.CoverageDesign()
+    truth = cm.coverage_truth(design.spec("pairwise", 10))
     d = truth.diffs.set_index("finetune_task")
     # Controls with no change are null on both scales; always_1 changed only its position bias, which the
     # log-odds score cancels and the paper's score does not.
@@ -47,12 +49,12 @@ def test_the_design_plants_its_truths() -> None:
     fits = cov.true_fits(truth)
     for r in fits["specificity"] + fits["interaction"]:  # every arm on one line: the tests' nulls hold
         assert r.ok and abs(r.shift if hasattr(r, "shift") else r.estimate) < 1e-9, r
-    individual = sim.coverage_truth(design.spec("individual", 10)).diffs.set_index("finetune_task")
+    individual = cm.coverage_truth(design.spec("individual", 10)).diffs.set_index("finetune_task")
     assert individual.loc["always_1", "drec_paper_mean"].abs().max() < 1e-12  # no order, no position bias
 
 
 def test_the_in_memory_frame_is_what_the_loader_reads(tmp_path: Path) -> None:
-    spec = replace(sim.CoverageDesign().spec("pairwise", 4), n_resamples=20, seed=3)
+    spec = replace(cm.CoverageDesign().spec("pairwise", 4), n_resamples=20, seed=3)
     drawn = sim.write_sweep(spec, tmp_path / "s")  # draw_items(spec, default_rng(seed)), as coverage_rep draws
     loaded = load_sweeps([tmp_path / "s"])
     assert loaded.problems == [] and len(loaded.items) == len(drawn)
@@ -74,7 +76,7 @@ def test_the_in_memory_frame_is_what_the_loader_reads(tmp_path: Path) -> None:
                  (mem.specificity, disk.specificity), (mem.interactions, disk.interactions), (mem.trends, disk.trends)):
         assert len(x) == len(y) and all(_same(r.to_dict(), s.to_dict()) for r, s in zip(x, y))
     # and the rows it scores are the same
-    truth = sim.coverage_truth(spec)
+    truth = cm.coverage_truth(spec)
     fits = cov.true_fits(truth)
     assert cov.rep_counts(mem, truth, fits) == cov.rep_counts(disk, truth, fits)
 
@@ -138,7 +140,7 @@ def test_verdicts_against_the_target() -> None:
 
 def test_undecided_rows_get_more_reps_until_decided(monkeypatch) -> None:
     """--until-decided doubles the reps of a setting x article count with an undecided row and scores again."""
-    from selfpref_sweep.analysis import simulate as S
+    from selfpref_sweep.analysis.study import coverage_mode as S
 
     def fake_rep(task):  # a size row whose rate is 7.5% at first, then settles at 5% with more reps
         _, setting, n, rep, seed = task
@@ -162,8 +164,8 @@ def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() 
     arm: it moves preference by construction, and the analysis keeps it out of the fits."""
     from selfpref_sweep.config import POSITIVE_CONTROL_TASKS, FinetuneTaskName
 
-    assert sim.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")
-    assert set(sim.CONTROL_ARMS) == ({t.value for t in FinetuneTaskName} - {"none", "recognition"}
+    assert design.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")
+    assert set(design.CONTROL_ARMS) == ({t.value for t in FinetuneTaskName} - {"none", "recognition"}
                                      - {t.value for t in POSITIVE_CONTROL_TASKS})
 
 
@@ -171,7 +173,7 @@ def _one_cell(setting: str = "pairwise", n: int = 10, seed: int = 5) -> tuple[pd
     """The drawn items of one simulated cell, and the same items as the cell writes them (record.Item)."""
     from selfpref_sweep.records.schema import CELL_KEYS, CellCoordinates
 
-    items = sim.draw_items(sim.CoverageDesign().spec(setting, n), np.random.default_rng(seed))
+    items = design.draw_items(cm.CoverageDesign().spec(setting, n), np.random.default_rng(seed))
     cell = items[items["cell_id"] == items["cell_id"].iloc[0]]
     coords = CellCoordinates(**{k: sim._plain(cell.iloc[0][k]) for k in CELL_KEYS})
     return cell, sim._cell_items(cell, coords)
@@ -187,9 +189,9 @@ def _truth_row(cell: pd.DataFrame, **values: float) -> cov.Truth:
 
 def test_cell_rows_score_the_intervals_the_cell_prints() -> None:
     """A truth just inside the printed interval counts as covered, one just outside as missed: the rows score
-    the cell's own CI (scoring.question_stats) and the classifier's own Wilson interval (pairwise_metrics)."""
+    the cell's own CI (scores.question_stats) and the classifier's own Wilson interval (pairwise_metrics)."""
     from selfpref_sweep.measurements.recognition_classifier.classifier_cell import pairwise_metrics
-    from selfpref_sweep.cell.scoring import question_stats
+    from selfpref_sweep.records.scores import question_stats
 
     cell, items = _one_cell()
     printed_mean = question_stats(items, "recognition", 0.95).logodds
@@ -220,9 +222,9 @@ def test_the_per_source_test_rejects_a_false_truth_and_holm_counts_families() ->
 
 @pytest.mark.parametrize("setting", ["pairwise", "individual"])
 def test_the_true_accuracy_is_what_many_articles_give(setting: str) -> None:
-    spec = sim.CoverageDesign().spec(setting, 4000)
-    items = sim.draw_items(spec, np.random.default_rng(11))
-    truth = sim.coverage_truth(spec).points.set_index(["dataset", "evaluator_variant", "source"])
+    spec = cm.CoverageDesign().spec(setting, 4000)
+    items = design.draw_items(spec, np.random.default_rng(11))
+    truth = cm.coverage_truth(spec).points.set_index(["dataset", "evaluator_variant", "source"])
     for key, sub in items.groupby(["dataset", "evaluator_variant", "source"]):
         t = truth.loc[key]
         forward, backward = sub["rec_p_forward"] > 0.5, sub["rec_p_backward"] > 0.5

@@ -1,4 +1,4 @@
-"""The per-source breakdown (analysis/sources.py): each other source's cell tested on its own, the p-values
+"""The per-source breakdown (analysis/estimate/per_source.py, report/per_source_section.py): each other source's cell tested on its own, the p-values
 Holm-adjusted across the sources of a group, and the section shown only where a group has two or more sources."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from selfpref_sweep.analysis import sources as S
-from selfpref_sweep.analysis.load import load_sweeps
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.estimate import per_source as S
+from selfpref_sweep.analysis.job.pipeline import run_analysis
+from selfpref_sweep.analysis.report import per_source_section as section
+from selfpref_sweep.analysis.sweep.load import load_sweeps
 
 from .test_analysis import NO_WANDB, write_cell
 
@@ -57,15 +58,15 @@ def test_the_raw_test_is_a_t_test_over_articles_on_the_log_odds_scale() -> None:
 def test_a_single_source_design_has_no_family_and_no_section(tmp_path: Path) -> None:
     data = load_sweeps([_sweep(tmp_path, sources=("human",))])
     assert not S.has_sources(data.cells)
-    table = S.per_source_table(data.cells, data.items)
+    table = section.per_source_table(data.cells, data.items)
     assert table["p (Holm, across sources)"].str.contains("nothing to adjust").all()
     result = run_analysis([tmp_path / "s"], wandb_cfg=NO_WANDB)
-    assert S.SECTION not in result.report_md.read_text()
+    assert section.SECTION not in result.report_md.read_text()
 
 
 def test_the_section_shows_with_machine_keys_in_a_multi_source_sweep(tmp_path: Path) -> None:
     result = run_analysis([_sweep(tmp_path)], wandb_cfg=NO_WANDB)
-    assert f"## {S.SECTION}" in result.report_md.read_text()
-    table = pd.read_csv(result.out_dir / "analysis" / f"{S.NAME}.csv")
+    assert f"## {section.SECTION}" in result.report_md.read_text()
+    table = pd.read_csv(result.out_dir / "analysis" / f"{section.NAME}.csv")
     for key in ("evaluator_variant", "setting", "dataset", "source", "question", "test_scale", "p", "p_holm", "family"):
         assert key in table.columns

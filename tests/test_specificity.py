@@ -1,4 +1,5 @@
-"""The causal question asked the right way (analysis/fit.py fit_specificity, analysis/paired.py): the shift in
+"""The causal question asked the right way (analysis/estimate/finetune_tests.py fit_specificity,
+analysis/estimate/paired.py): the shift in
 preference at matched recognition with its equivalence test, Holm within families of arms, Δpref/Δrec, the
 dose trend over log N, and the report's reading of the interaction.
 
@@ -17,10 +18,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.analysis import paired
-from selfpref_sweep.analysis.command import _sweep_margins
-from selfpref_sweep.analysis.fit import (
-    LEVEL_SOURCE,
+from selfpref_sweep.analysis.estimate import paired
+from selfpref_sweep.analysis.estimate.finetune_tests import (
     SLOPE_MARGIN,
     SPECIFICITY_MARGIN,
     fit_interaction,
@@ -28,9 +27,12 @@ from selfpref_sweep.analysis.fit import (
     specificity_verdict,
     tost_p,
 )
-from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import finetune_vs_base_table, specificity_table
-from selfpref_sweep.analysis.units import unit_mean_ci
+from selfpref_sweep.analysis.estimate.units import unit_mean_ci
+from selfpref_sweep.analysis.job.command import _sweep_margins
+from selfpref_sweep.analysis.job.pipeline import run_analysis
+from selfpref_sweep.analysis.report.fit_tables import specificity_table
+from selfpref_sweep.analysis.report.unit_tables import finetune_vs_base_table
+from selfpref_sweep.reporting.grouping import LEVEL_SOURCE
 from selfpref_sweep.config import AnalysisConfig
 
 from .test_analysis import NO_WANDB, write_cell
@@ -320,7 +322,7 @@ def test_the_report_reads_the_interaction_correctly(tmp_path: Path) -> None:
     assert "## Specificity: does preference follow recognition, whatever moved it?" in report
     assert "0.04 on the paper's scale" in report
     assert "Holm" in report and "Dose-response" in report
-    spec = next(r for r in result.specificity if r.level == "paper unit" and r.scale == "paper")
+    spec = next(r for r in result.est.specificity if r.level == "paper unit" and r.scale == "paper")
     assert spec.ok and spec.margin == 0.04
     # the reading is the corrected shift's, in the resampled table, with the margin passed to the analysis
     table = result.tables["regression_resampled"]

@@ -183,7 +183,7 @@ def test_a_sweep_on_a_damaged_store_exits_2_naming_it_and_finishes_after_salvage
 
 
 def test_damaged_result_files_are_reported_then_rebuilt_from_the_store(finished_sweep, tmp_path):
-    from selfpref_sweep.analysis.load import load_sweeps
+    from selfpref_sweep.analysis.sweep.load import load_sweeps
 
     store = tmp_path / "calls.sqlite"
     shutil.copy(checkpointed(finished_sweep / "calls.sqlite"), store)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from selfpref_sweep.analysis.pipeline import run_analysis
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 
 from .test_analysis import NO_WANDB, planted_sweep, write_cell
 
@@ -44,7 +44,7 @@ def test_a_slope_verdict_comes_from_its_interval(tmp_path: Path) -> None:
     assert "preference rises with recognition (corrected slope 95% CI [" in _box(rising)["What it can conclude"]
     assert "corrected fit: slope" in _box(rising)["The numbers"]
     flat = run_analysis([planted_sweep(tmp_path / "flat", slope=0.0, noise=0.05)], wandb_cfg=NO_WANDB)
-    from selfpref_sweep.analysis.summary_box import _corrected_slopes
+    from selfpref_sweep.analysis.report.summary_box import _corrected_slopes
 
     fits = _corrected_slopes(flat)
     assert fits

@@ -11,8 +11,8 @@ import re
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.simulate import SimulationSpec, write_sweep
+from selfpref_sweep.analysis.job.pipeline import run_analysis
+from selfpref_sweep.analysis.study.simulate import SimulationSpec, write_sweep
 from selfpref_sweep.measurements.placebo import placebo_report as Q
 
 VERDICTS = ("one common line", "no common line", "positive shift", "negative shift", "inconclusive",

@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from selfpref_sweep.analysis import simulate as sim
-from selfpref_sweep.analysis.pipeline import run_analysis
-from selfpref_sweep.analysis.tables import GROUP_KEYS, MACHINE_KEYS
-from selfpref_sweep.analysis.units import VARIANT_KEYS
+from selfpref_sweep.analysis.estimate.units import VARIANT_KEYS
+from selfpref_sweep.analysis.job.pipeline import run_analysis, summary_text
+from selfpref_sweep.analysis.report.machine_keys import GROUP_KEYS, MACHINE_KEYS
+from selfpref_sweep.analysis.study import simulate as sim
 from selfpref_sweep.measurements.familiarity.familiarity_report import likelihood_units
 
 from .test_analysis import NO_WANDB, write_cell
@@ -59,7 +59,7 @@ def partial_logodds_sweep(root: Path) -> Path:
 def test_a_unit_missing_logodds_in_one_source_is_flagged_not_averaged(tmp_path: Path) -> None:
     sweep = partial_logodds_sweep(tmp_path)
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
-    units = result.units.set_index("evaluator_variant")
+    units = result.est.units.set_index("evaluator_variant")
     bad = units.loc["judge0"]
     # Not the human source's log-odds alone: nothing, and the cell is named.
     assert math.isnan(bad["rec_logodds_mean"]) and math.isnan(bad["pref_logodds_mean"])
@@ -73,7 +73,7 @@ def test_a_unit_missing_logodds_in_one_source_is_flagged_not_averaged(tmp_path: 
     for k in (1, 2, 3):
         assert units.loc[f"judge{k}", "incomplete"] == "" and math.isfinite(units.loc[f"judge{k}", "rec_logodds_mean"])
     # The log-odds headline is fitted on the three complete units only.
-    logodds_fit, = [f for f in result.unit_fits if f.group_by == "setting × label" and f.scale == "logodds"]
+    logodds_fit, = [f for f in result.est.unit_fits if f.group_by == "setting × label" and f.scale == "logodds"]
     assert logodds_fit.n == 3
     paper_fit, = result.headline_fits()
     assert paper_fit.n == 4
@@ -83,7 +83,7 @@ def test_a_unit_missing_logodds_in_one_source_is_flagged_not_averaged(tmp_path: 
     warning = "paper unit judge0 on paper_xsum (pairwise, label none): logodds: missing in source=paper_gpt4"
     assert warning in md and md.count(warning) == 2
     assert warning in result.report_html.read_text()
-    assert warning in result.summary_text()
+    assert warning in summary_text(result)
     csv = pd.read_csv(sweep / "analysis" / "paper_units.csv", keep_default_na=False).set_index("evaluator_variant")
     assert csv.loc["judge0", "incomplete"].startswith("logodds: missing in source=paper_gpt4")
     assert csv.loc["judge0", "rec_logodds_mean"] == "" and csv.loc["judge1", "incomplete"] == ""
@@ -95,7 +95,7 @@ def test_no_unit_is_flagged_when_no_cell_records_the_field(tmp_path: Path) -> No
     for job, source in enumerate(("human", "paper_gpt4")):
         write_cell(sweep, job, source=source)
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
-    assert list(result.units["incomplete"]) == [""]
+    assert list(result.est.units["incomplete"]) == [""]
     assert "do not all carry a field" not in result.report_md.read_text()
 
 
@@ -113,7 +113,7 @@ def test_a_fine_tune_delta_is_not_taken_over_part_of_the_sources(tmp_path: Path)
                 add_logodds(cell)
             job += 1
     result = run_analysis([sweep], wandb_cfg=NO_WANDB)
-    row, = result.diffs.to_dict(orient="records")
+    row, = result.est.diffs.to_dict(orient="records")
     assert row["drec_paper_mean"] == pytest.approx(0.1) and row["dpref_paper_mean"] == pytest.approx(0.05)
     assert math.isnan(row["drec_logodds_mean"]) and math.isnan(row["dpref_logodds_ci_low"])
     assert row["incomplete"] == "logodds: missing in source=paper_gpt4 (base model)"

@@ -2,7 +2,7 @@
 
 import sys
 
-from .command import main
+from .job.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from selfpref_sweep.analysis.report import ReportItem
-from selfpref_sweep.analysis.tables import est_ci, rows_table
+from selfpref_sweep.reporting.formatting import est_ci, rows_table
+from selfpref_sweep.reporting.items import ReportItem
 
 SECTION = "Toy: does the judge pick the longer summary?"
 

@@ -1,6 +1,6 @@
 """The judge-competence control's verdict columns read back from the analysis' cell frame (jc_*): the few
-questions the rest of the analysis asks about the control, kept apart from its report module so that the paper
-units (analysis/units.py), which the report's tables import, can ask them too.
+questions the rest of the analysis asks about the control (through its report module, which re-exports them:
+analysis/sweep/report_modules.py finds it as a judge gate), kept apart from the module's report items.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The judge-competence control's report side: its columns read back from the cell frame (jc_*), the cells whose
 judge failed it, and its two report items (the failed judges near the top, and per cell the smallest detectable
-effect beside the control). Other parts of the analysis (the paper units, the judge controls, the summary box)
-ask this module about the control instead of reading its columns.
+effect beside the control). Other parts of the analysis (the paper units, the judge controls, the summary box,
+the report's first lines) ask this module about the control instead of reading its columns, through the names
+the analysis looks for (analysis/sweep/report_modules.py): as a judge control (``CONTROL_COLUMNS``,
+``control_texts``, ``control_reading``) and as a judge gate (``failed_judges`` and the texts below it).
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ import pandas as pd
 
 from .. import number
 from .competence_columns import failed_judges, passed, ran, unit_status
-from ...analysis.method_texts import method_text
-from ...analysis.report import NOT_LOGGED, ReportItem
-from ...analysis.tables import DASH, FLAT_ARTICLES, est_ci, fmt, fmt_ci, fmt_int, mde_sentence, rows_table
+from ...reporting.controls import ControlReading
+from ...reporting.formatting import DASH, FLAT_ARTICLES, est_ci, fmt, fmt_ci, fmt_int, mde_sentence, rows_table
+from ...reporting.items import NOT_LOGGED, ReportItem
+from ...reporting.method_texts import method_text
 
 __all__ = ["failed_judges", "passed", "ran", "unit_status"]
 
@@ -52,6 +55,21 @@ def control_text(cell: pd.Series, not_run: str) -> str:
     else:  # an older cell, read on the paper's scale
         est = f"P(correct) {fmt(cell.get('jc_mean'))}"
     return f"{state}: {est}"
+
+
+# --- as a judge control: its column of the judge-controls table, and its reading of a cell ----------------------
+CONTROL_COLUMNS = ("competence (log-odds [95% CI])",)
+
+
+def control_texts(cell: pd.Series, not_run: str) -> tuple[str]:
+    return (control_text(cell, not_run),)
+
+
+def control_reading(cell: pd.Series, not_run: str) -> ControlReading:
+    """A judge that failed the control makes the cell uninformative; one not run (or too few articles) unknown."""
+    verdict = passed(cell)
+    failed = f"the judge failed the competence control ({control_text(cell, not_run)})" if verdict is False else ""
+    return ControlReading("competence", uninformative=failed, missing=verdict is None)
 
 
 def judge_verdict(cell: pd.Series) -> str:
@@ -92,6 +110,34 @@ def judge_text(cells: pd.DataFrame) -> str:
                       f"label {c.label})" for c in failed.itertuples())
     return (f"{len(failed)} cell(s) whose judge failed the competence control: {JUDGE_FAILED}. "
             f"Their results say nothing either way: {names}.")
+
+
+# --- as a judge gate: what the report's first lines and its summary box say of the judges that failed ----------
+ALL_FAILED_TEXT = ("Nothing about self-recognition or self-preference: every cell's judge failed the competence "
+                   "control, so its nulls are uninformative.")
+SOME_FAILED_TEXT = "Where a judge failed the competence control, a null says nothing about that judge."
+
+
+def failed_judges_lines(cells: pd.DataFrame) -> list[str]:
+    """The command's lines on the judges that failed ([] when none did)."""
+    failed = failed_judges(cells)
+    if failed.empty:
+        return []
+    return (["", f"{len(failed)} cell(s) whose judge failed the competence control ({JUDGE_FAILED}):"]
+            + [f"  {c.cell_id}: {c.evaluator_variant} vs {c.source} on {c.dataset}" for c in failed.itertuples()])
+
+
+def control_summary(cells: pd.DataFrame) -> str:
+    """The summary box's line on the control: where it ran, and whose judge failed it."""
+    done = ran(cells)
+    if done.empty:
+        return "The judge-competence control did not run (it is on by default for local judges)."
+    failed = failed_judges(cells)
+    if failed.empty:
+        return f"Judge competence passed in all {len(done)} cell(s) that ran it."
+    names = ", ".join(sorted({str(v) for v in failed["evaluator_variant"].dropna()})) or DASH
+    return (f"Judge competence passed in {len(done) - len(failed)} of {len(done)} cell(s); it failed for {names} "
+            f"(that judge could not tell an article's own summary from another article's).")
 
 
 QUALITY_TEXT = method_text("quality", PACKAGE)

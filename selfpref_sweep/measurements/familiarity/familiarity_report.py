@@ -31,12 +31,13 @@ import pandas as pd
 
 from ..recognition_classifier.classifier_report import ACCURACY_COLUMNS
 from ..surface_baseline.surface_report import SURFACE_COLUMNS
+from ...reporting.formatting import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
+from ...reporting.grouping import (LEVEL_ITEM, SCALES, UNIT_KEYS, condition_groups, incomplete_note, kept_items,
+                                   key_frame, missing_in)
+from ...reporting.items import ReportItem
+from ...reporting.method_texts import method_text
+from ...reporting.regression import ALPHA, clustered_ols
 from ...stats.clustered import ClusteredOLS, too_few_clusters
-from ...analysis.method_texts import method_text
-from ...analysis.report import ReportItem
-from ...analysis.fit import ALPHA, LEVEL_ITEM, clustered_ols, condition_groups
-from ...analysis.tables import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
-from ...analysis.units import SCALES, UNIT_KEYS, incomplete_note, kept_items, key_frame, missing_in
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token

@@ -28,12 +28,13 @@ import pandas as pd
 
 from .. import flag, number
 from . import placebo_rule
+from ...reporting.controls import ControlReading
+from ...reporting.formatting import DASH, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
+from ...reporting.grouping import key_frame
+from ...reporting.items import ReportItem
+from ...reporting.method_texts import method_text
+from ...reporting.regression import ALPHA, MIN_POINTS, clustered_ols
 from ...stats.clustered import ClusteredOLS, too_few_clusters
-from ...analysis.fit import ALPHA, MIN_POINTS, clustered_ols
-from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
-from ...analysis.method_texts import method_text
-from ...analysis.report import ReportItem
-from ...analysis.units import key_frame
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 
@@ -219,7 +220,7 @@ def _slope_text(est: float, low: float, high: float, why: str) -> str:
 
 
 def sensitivity_table(data: Any) -> pd.DataFrame:
-    """The report's table (data: analysis.load.SweepData)."""
+    """The report's table (data: analysis.sweep.load.SweepData)."""
     frame = sensitivity_frame(data.cells, data.items)
     rows = []
     for r in frame.itertuples(index=False):
@@ -275,6 +276,9 @@ def sensitivity_text(result: Any) -> str:
 
 
 # --- the placebo in the judge-controls table --------------------------------------------------------------------
+CONTROL_COLUMNS = ("placebo: right answer (log-odds [95% CI]; P(correct))",
+                   "placebo vs preference: agreement with recognition")
+OPENS_CONTROLS_TABLE = True  # a newer control: where some cell ran it, the report shows the judge-controls table
 
 
 def read(cell: pd.Series) -> Optional[bool]:
@@ -313,6 +317,32 @@ def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:
     agreement = (f"placebo {fmt(cell.get('pl_agree_recognition'))} vs preference "
                  f"{fmt(cell.get('pl_pref_agree_recognition'))}")
     return accuracy, f"{outcome or DASH} ({agreement}; {evidence})" if evidence else f"{outcome or DASH} ({agreement})"
+
+
+def control_reading(cell: pd.Series, not_run: str) -> ControlReading:
+    """The placebo's reading of a cell for its verdict. Not answered (in the cell's own format), or answered alike
+    with recognition and preference: uninformative. A placebo asked pairwise in an individual cell (older cells; a
+    question without an individual prompt) speaks to the pairwise format, not to the cell's own questions, so there
+    it qualifies the verdict instead of deciding it. Asked one summary at a time, it decides as in a pairwise
+    cell."""
+    placebo = read(cell)
+    outcome, evidence = reading(cell)
+    other_format = cell.get("setting") == "individual" and not asked_individually(cell)
+    uninformative = ""
+    if placebo is False and not other_format:
+        uninformative = ("the judge does not answer the placebo question (does not read the question; "
+                         f"{control_texts(cell, not_run)[0]})")
+    elif outcome == placebo_rule.ALIKE:
+        uninformative = f"the judge answers recognition, preference and the placebo alike ({evidence})"
+    unknown = (f"the placebo shows the questions neither apart nor alike ({evidence})"
+               if outcome == placebo_rule.UNDETERMINED else "")
+    caveat = ("the judge passes the individual competence control and does not answer alike "
+              f"({evidence}), but the placebo, asked pairwise, was not answered above chance"
+              if placebo is False else "")
+    passed = {placebo_rule.APART: "placebo told apart: ", placebo_rule.NO_LINK: "no link for the placebo to "
+              "explain: "}.get(outcome, "")
+    return ControlReading("placebo", uninformative=uninformative, missing=placebo is None, unknown=unknown,
+                          caveat=caveat, evidence=f"{passed}{evidence}" if evidence else "")
 
 
 ITEMS = (ReportItem(NAME, SECTION, sensitivity_text, lambda r: sensitivity_table(r.data)),)

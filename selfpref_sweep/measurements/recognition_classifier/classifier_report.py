@@ -15,10 +15,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .. import number
-from ...analysis.plots import DPI, PlotFile, empty_figure, grid
-from ...analysis.method_texts import method_text
-from ...analysis.report import ReportItem
-from ...analysis.tables import DASH, fmt, fmt_ci, fmt_int
+from ...reporting.figures import DPI, PlotFile, empty_figure, grid
+from ...reporting.formatting import DASH, fmt, fmt_ci, fmt_int
+from ...reporting.items import ReportItem
+from ...reporting.method_texts import method_text
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 
@@ -130,6 +130,12 @@ def reliability_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
 def recognition_accuracy(cell: Any) -> float:
     """A cell's recognition accuracy read as a classifier (NaN where not recorded)."""
     return number(getattr(cell, ACCURACY_COLUMNS[0], math.nan))
+
+
+# --- in the judge-controls table -------------------------------------------------------------------------------
+CONTROL_COLUMNS = ("recognition accuracy [95% CI]", "recognition AUROC")
+OPENS_CONTROLS_TABLE = True  # a newer control: where some cell ran it, the report shows the judge-controls table
+CONTROLS_TEXT_VALUES = {"overall_conservative": OVERALL_CONSERVATIVE}  # the table's text, on its overall interval
 
 
 def control_texts(cell: pd.Series, not_run: str) -> tuple[str, str]:

@@ -11,9 +11,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ...analysis.method_texts import method_text
-from ...analysis.report import ReportItem
-from ...analysis.tables import DASH, fmt, fmt_int
+from ...reporting.formatting import DASH, fmt, fmt_int
+from ...reporting.items import ReportItem
+from ...reporting.method_texts import method_text
 from ..recognition_classifier.classifier_report import (CELL_COLUMNS, CELL_HEADS, enabled_cells,
                                                           recognition_accuracy, with_ci)
 

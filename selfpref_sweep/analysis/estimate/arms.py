@@ -1,0 +1,72 @@
+"""Replicated fine-tunes: an arm's adapters pooled, with training randomness in the interval.
+
+An arm is one fine-tune recipe (evaluator, task, fine-tune dataset, N, hyperparameters); its adapters are the
+recipe trained with different seeds (``finetune_task.seed=0,1,2``). One adapter's Δ (fine-tuned − base, paired.py)
+has an interval over articles: it describes that adapter. Training the recipe again gives another adapter
+with another Δ, and the project's own runs show how far apart two can be (vowel N = 10: +0.011 in one run,
+−0.113 in another). What a reader wants to know is what the recipe does, so the arm's Δ is the mean of its
+adapters' Δs and its variance has two parts:
+
+- the articles': the mean's own t interval over articles (every adapter judged the same articles, so their Δs
+  move together; CR2 clustered by article, Bell–McCaffrey df, as every Δ is);
+- training's: τ²/k, τ² the between-adapter variance of Δ beyond what the articles explain, estimated by
+  moments from the adapters' spread: τ̂² = max(0, s²_adapters − mean article variance of an adapter's Δ around
+  the arm's mean), on k − 1 degrees of freedom.
+
+The interval is the mean ± t × √(sum), t on the Welch–Satterthwaite combination of the two parts' df. An arm
+with one adapter cannot estimate τ²: its row keeps the article interval and says that training randomness is
+not covered. p-values get Holm's adjustment across the arms of a family, as the per-adapter Δs do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ...reporting.grouping import SCALES
+from ...stats.replicates import pooled_delta
+from ..sweep.load import arm_name
+from .paired import _pairs, with_holm
+from .units import QUESTION_PREFIXES
+
+ARM_KEYS = ("setting", "label", "dataset", "arm")
+_CARRIED = ("evaluator", "finetune_task", "finetune_dataset", "finetune_n_articles", "transfer")
+ARM_COLUMNS = [*ARM_KEYS, *_CARRIED, "adapters", "n_articles", "note"] + [
+    f"d{q}_{s}_{k}" for s in SCALES for q in QUESTION_PREFIXES
+    for k in ("mean", "ci_low", "ci_high", "p", "p_holm", "training_sd", "df")]
+ONE_ADAPTER = "one adapter: the CI covers the articles, not training randomness"
+
+
+def arm_deltas(items: pd.DataFrame) -> pd.DataFrame:
+    """One row per arm × dataset × setting × label: its adapters' Δs pooled (module doc), per question and
+    scale, with Holm's adjustment across a family's arms."""
+    if items.empty or not items["is_finetuned"].astype(bool).any():
+        return pd.DataFrame(columns=ARM_COLUMNS)
+    arms: dict[tuple, list] = {}
+    for row, frames in _pairs(items):
+        if frames is None or row["n_items"] == 0:
+            continue
+        key = (*(row[k] for k in ARM_KEYS[:-1]), arm_name(str(row["evaluator_variant"])))
+        arms.setdefault(key, []).append((row, frames))
+    rows = []
+    for key, adapters in arms.items():
+        first = adapters[0][0]
+        row: dict[str, Any] = {**dict(zip(ARM_KEYS, key)), **{c: first.get(c) for c in _CARRIED},
+                               "adapters": len(adapters),
+                               "n_articles": max(int(r["n_articles"]) for r, _ in adapters),
+                               "note": ONE_ADAPTER if len(adapters) == 1 else ""}
+        short = []
+        for scale in SCALES:
+            for q in QUESTION_PREFIXES:
+                frames = [f[(q, scale)] for _, f in adapters]
+                fields = pooled_delta(frames)
+                row.update({f"d{q}_{scale}_{k}": v for k, v in fields.items()})
+                present = sum(1 for f in frames if len(f))
+                if 0 < present < len(frames):  # pooled over fewer adapters than the arm has: say so
+                    short.append(f"Δ{q} {scale} from {present} of {len(frames)} adapters")
+        row["note"] = "; ".join([n for n in (row["note"], *short) if n])
+        rows.append(row)
+    out = with_holm(pd.DataFrame(rows, columns=ARM_COLUMNS))
+    return out.sort_values([*ARM_KEYS[:-1], "finetune_task", "finetune_n_articles", "arm"],
+                           kind="stable").reset_index(drop=True)

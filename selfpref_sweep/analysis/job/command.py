@@ -1,0 +1,133 @@
+"""``python -m selfpref_sweep.analysis SWEEP_DIR [SWEEP_DIR ...]``: (re)run the analysis on disk.
+
+Reproduces what the Hydra callback writes at the end of a multirun, and can pool several sweeps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+_WANDB_KEYS = ("mode", "project", "entity", "group")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m selfpref_sweep.analysis",
+        description=(
+            "Regress self-preference on self-recognition over the cells of one or more Hydra sweep "
+            "directories and write report.html, report.md and PNG plots (in analysis/). Failed or "
+            "incomplete cells are listed in the report. "
+            "`publish-wandb SWEEP_DIR` instead saves the W&B workspace and report of an offline sweep "
+            "(see publish-wandb --help)."
+        ),
+    )
+    parser.add_argument("sweep_dirs", nargs="+", metavar="SWEEP_DIR", type=Path,
+                        help="a multirun directory, e.g. outputs/multirun/2026-11-21/20-30-00; several are pooled")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the report (default: the first SWEEP_DIR)")
+    parser.add_argument("--wandb-mode", choices=["offline", "online", "disabled"], default=None,
+                        help="W&B mode for the summary run (default: the sweep's wandb.mode, else offline)")
+    parser.add_argument("--wandb-project", default=None, help="W&B project (default: the sweep's, else selfpref_sweep)")
+    parser.add_argument("--wandb-entity", default=None, help="W&B entity (default: the sweep's, else your default)")
+    parser.add_argument("--wandb-group", default=None, help="W&B group (default: the sweep dir's name)")
+    parser.add_argument("--recognition-task", action="append", dest="recognition_tasks", default=None,
+                        metavar="TASK",
+                        help="finetune_task value counted as a recognition fine-tune in the specificity and "
+                             "interaction tests and the dose-response trend (repeatable; default: recognition)")
+    parser.add_argument("--specificity-margin", action="append", default=None, metavar="SCALE=VALUE",
+                        help="the specificity test's equivalence margin on one scale (paper or logodds; "
+                             "repeatable; default: the sweep's analysis.specificity_margin, else 0.05 and 0.2)")
+    return parser
+
+
+def sweep_wandb_cfg(sweep_dir: Path) -> dict[str, Any]:
+    """The wandb settings the sweep ran with (its multirun.yaml), so a re-run logs alike.
+
+    A value that cannot be resolved outside the sweep's process (e.g. a custom resolver) is skipped.
+    """
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return {}
+    from omegaconf import OmegaConf
+
+    try:
+        cfg = OmegaConf.load(path)
+    except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+        return {}
+    out: dict[str, Any] = {}
+    node = cfg.get("wandb") if hasattr(cfg, "get") else None
+    if node is None or not hasattr(node, "get"):
+        return {}
+    for key in _WANDB_KEYS:
+        try:
+            value = node.get(key)
+        except Exception:  # noqa: BLE001
+            continue
+        if value is None or isinstance(value, (str, int, float, bool)):
+            out[key] = value
+    return out
+
+
+def specificity_margin_of(cfg: Any) -> dict[str, float]:
+    """analysis.specificity_margin of a sweep's config (an OmegaConf node) as {scale: margin}; {} where it is
+    absent (older sweeps) or unreadable: the analysis then uses its defaults."""
+    from omegaconf import OmegaConf
+
+    try:
+        node = OmegaConf.select(cfg, "analysis.specificity_margin", default=None)
+        data = OmegaConf.to_container(node, resolve=True) if node is not None else {}
+    except Exception:  # noqa: BLE001 - an unreadable setting costs only the defaults
+        return {}
+    return {str(k): float(v) for k, v in (data or {}).items() if isinstance(v, (int, float))} \
+        if isinstance(data, dict) else {}
+
+
+def _sweep_margins(sweep_dir: Path, given: Optional[Sequence[str]]) -> dict[str, float]:
+    """The sweep's margins (its multirun.yaml), overridden by --specificity-margin SCALE=VALUE."""
+    margins: dict[str, float] = {}
+    path = sweep_dir / "multirun.yaml"
+    if path.is_file():
+        from omegaconf import OmegaConf
+
+        try:
+            margins = specificity_margin_of(OmegaConf.load(path))
+        except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+            margins = {}
+    for item in given or []:
+        scale, sep, value = item.partition("=")
+        if not sep or scale not in ("paper", "logodds"):
+            raise SystemExit(f"error: --specificity-margin takes paper=VALUE or logodds=VALUE, not {item!r}")
+        margins[scale] = float(value)
+    return margins
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["publish-wandb"]:  # the one sub-command: save an offline sweep's W&B panels
+        from ..tracking.wandb_panels import publish_main
+
+        return publish_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    # Heavy imports after argument parsing, so --help is instant.
+    from ..estimate.finetune_tests import RECOGNITION_TASKS
+    from .pipeline import NoCellsError, run_analysis, summary_text
+
+    wandb_cfg = sweep_wandb_cfg(args.sweep_dirs[0])
+    for key in _WANDB_KEYS:
+        value = getattr(args, f"wandb_{key}")
+        if value is not None:
+            wandb_cfg[key] = value
+    try:
+        result = run_analysis(
+            args.sweep_dirs, out_dir=args.out, wandb_cfg=wandb_cfg,
+            recognition_tasks=tuple(args.recognition_tasks or RECOGNITION_TASKS),
+            specificity_margin=_sweep_margins(args.sweep_dirs[0], args.specificity_margin),
+        )
+    except (FileNotFoundError, NoCellsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(summary_text(result))
+    return 0

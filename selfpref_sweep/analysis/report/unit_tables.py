@@ -1,0 +1,161 @@
+"""The display tables of the paper units and the fine-tune comparisons: the paper-unit points, fine-tuned vs base
+on the same items, the arms' pooled Δs, the positive control, the label conditions, and the warning that names
+the units whose cells do not all carry a field."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import pandas as pd
+
+from ...reporting.formatting import DASH, FLAT_ARTICLES, ci_cell, est_ci, fmt, fmt_int, fmt_p, holm_cell, rows_table
+
+
+def units_table(units: pd.DataFrame) -> pd.DataFrame:
+    """The paper-unit points: per setting × label × dataset × evaluator variant, both scales with CIs."""
+    cols = ["setting", "label", "dataset", "evaluator", "transfer", "sources", "n articles", "n items",
+            "n items left out", "recognition [95% CI]", "preference [95% CI]", "recognition, log-odds [95% CI]",
+            "preference, log-odds [95% CI]", "judge competence"]
+    return rows_table(units, cols, lambda u: [
+        u["setting"], u["label"], u["dataset"], u["evaluator_variant"], u["transfer"], u["sources"],
+        fmt_int(u["n_articles"]), fmt_int(u["n_items"]), fmt_int(u["n_items_excluded"]),
+        *(est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"], FLAT_ARTICLES)
+          for s in ("paper", "logodds") for q in ("rec", "pref")),
+        u["judge_competence"] or DASH,
+    ])
+
+
+def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
+    """Fine-tuned minus base on the same items, both scales: each Δ with its CI, its t test's p and Holm's p
+    (analysis/paired.py), and Δ preference / Δ recognition where Δ recognition is distinguishable from 0."""
+    cols = ["setting", "label", "dataset", "fine-tuned evaluator", "transfer", "sources", "n articles", "n items"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        cols += [f"Δ recognition{scale} [95% CI]", f"Δ recognition{scale}: p (Holm p)",
+                 f"Δ preference{scale} [95% CI]", f"Δ preference{scale}: p (Holm p)",
+                 f"Δ preference / Δ recognition{scale} [95% CI]"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        out = []
+        for q in ("rec", "pref"):
+            out += [ci_cell(d, f"d{q}_{s}"), holm_cell(d, f"d{q}_{s}")]
+        ratio = est_ci(d.get(f"ratio_{s}"), d.get(f"ratio_{s}_ci_low"), d.get(f"ratio_{s}_ci_high"))
+        note = d.get(f"ratio_{s}_note")
+        return out + [ratio if ratio != DASH else (note if isinstance(note, str) and note else DASH)]
+
+    return rows_table(diffs, cols, lambda d: [
+        d["setting"], d["label"], d["dataset"], d["evaluator_variant"], d["transfer"], d["sources"] or DASH,
+        fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
+        d["note"] or "",
+    ])
+
+
+def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
+    """Per arm, its adapters' Δs pooled with training randomness (arms.py), both scales: Δ [95% CI], p (Holm
+    p) and the between-adapter SD."""
+    cols = ["setting", "label", "dataset", "arm", "transfer", "adapters", "n articles"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        for q in ("recognition", "preference"):
+            cols += [f"Δ {q}{scale} [95% CI]", f"Δ {q}{scale}: p (Holm p)", f"Δ {q}{scale}: training SD"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        out = []
+        for q in ("rec", "pref"):
+            out += [ci_cell(d, f"d{q}_{s}"), holm_cell(d, f"d{q}_{s}"), fmt(d.get(f"d{q}_{s}_training_sd"))]
+        return out
+
+    return rows_table(arms, cols, lambda d: [
+        d["setting"], d["label"], d["dataset"], d["arm"], d["transfer"], fmt_int(d["adapters"]),
+        fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
+        "; ".join(x for x in (d["note"] or "", TWO_ADAPTERS if d["adapters"] == 2 else "") if x)])
+
+
+# stats/replicates.py's arm interval with 2 adapters: training variance on 1 df (docs/statistics.md, "Training
+# variance with few adapters": fresh-seed coverage by training SD at 10 and 20 articles).
+TWO_ADAPTERS = ("2 adapters: training variance rests on 1 df; the CI covered 89-92% at training SD 0.4-1.6 in "
+                "the simulation (96-97% at SD 0), for a nominal 95%: train 3 or more per arm")
+
+
+HOLM_ALPHA = 0.05  # the familywise level of the positive control's reading
+
+
+def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Optional[pd.DataFrame] = None
+                           ) -> pd.DataFrame:
+    """The positive-control arms: Δ preference toward the direction each was trained (positive_control.py), which
+    says whether preference moved; Δ recognition toward it (whether the judge now picks that summary whatever it
+    is asked); and their Δ self-preference (arms.py), which need not move."""
+    sub = arms[arms["finetune_task"].astype(str).isin(list(tasks))] if not arms.empty else arms
+    toward = toward if toward is not None else pd.DataFrame()
+    keys = ["setting", "label", "dataset", "arm"]
+    turned = {tuple(str(d[k]) for k in keys): d for _, d in toward.iterrows()}
+    cols = ["setting", "label", "dataset", "arm", "adapters", "trained toward", "items without a direction",
+            "Δ preference toward it [95% CI]", "Δ preference toward it, log-odds [95% CI]", "p (Holm p)",
+            "Δ recognition toward it, log-odds [95% CI]", "Δ self-preference [95% CI]",
+            "Δ self-preference, log-odds [95% CI]", "reading"]
+
+    def reading(d: Optional[pd.Series]) -> str:
+        """From the test the table prints, Holm-adjusted across the family's arms at 5%; a non-rejection is
+        "not shown to move", never "did not move"."""
+        if d is None:
+            return "no trained direction (the summaries' texts are not in the results): cannot say"
+        p, estimate = d.get("dpref_paper_p_holm"), d.get("dpref_paper_mean")
+        if not (pd.notna(p) and pd.notna(estimate)):
+            return "no test: cannot say whether preference moved"
+        test = f"Holm p {fmt_p(p)}"
+        if p < HOLM_ALPHA and estimate > 0:
+            return f"preference moved the trained way ({test}): a preference null in this setting is informative"
+        if p < HOLM_ALPHA and estimate < 0:
+            return f"preference moved against the trained way ({test}): the readout moves, but not as trained"
+        return f"preference not shown to move ({test}): a preference null in this setting is uninformative"
+
+    def cells(d: pd.Series) -> list[str]:
+        t = turned.get(tuple(str(d[k]) for k in keys))
+        toward_cells = ([str(t["toward"]), fmt_int(t["n_items_tied"]), ci_cell(t, "dpref_paper"),
+                         ci_cell(t, "dpref_logodds"),
+                         f"{fmt_p(t.get('dpref_paper_p'))} ({fmt_p(t.get('dpref_paper_p_holm'))})",
+                         ci_cell(t, "drec_logodds")]
+                        if t is not None else [DASH] * 6)
+        return [d["setting"], d["label"], d["dataset"], d["arm"], fmt_int(d["adapters"]), *toward_cells,
+                ci_cell(d, "dpref_paper"), ci_cell(d, "dpref_logodds"), reading(t)]
+
+    return rows_table(sub, cols, cells)
+
+
+def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
+    """Label conditions on the same items (paired.label_vs_reference), both scales: preference under the label
+    and under the reference with their CIs, and the paired Δ with its CI, p and Holm's p."""
+    cols = ["setting", "dataset", "evaluator", "label", "vs", "sources", "n articles", "n items"]
+    for s in ("paper", "logodds"):
+        scale = "" if s == "paper" else ", log-odds"
+        cols += [f"preference{scale} [95% CI]", f"preference{scale}, vs [95% CI]",
+                 f"Δ preference{scale} [95% CI]", f"Δ preference{scale}: p (Holm p)"]
+    cols.append("note")
+
+    def scale_cells(d: pd.Series, s: str) -> list[str]:
+        return [*(ci_cell(d, f"{side}_{s}") for side in ("pref", "pref_ref", "dpref")), holm_cell(d, f"dpref_{s}")]
+
+    return rows_table(labels, cols, lambda d: [
+        d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], d["sources"] or DASH,
+        fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
+        d["note"] or "",
+    ])
+
+
+def incomplete_units_text(frames: dict[str, pd.DataFrame]) -> str:
+    """The warning that lists every unit (of each named frame: paper units, fine-tuned-vs-base rows, ...)
+    whose cells do not all carry a field: its value there is left out (—), never averaged over the other
+    sources. "" if none."""
+    lines = []
+    for what, frame in frames.items():
+        if frame.empty or "incomplete" not in frame:
+            continue
+        for r in frame[frame["incomplete"].fillna("").astype(str) != ""].itertuples():
+            lines.append(f"{what} {r.evaluator_variant} on {r.dataset} ({r.setting}, label {r.label}): "
+                         f"{r.incomplete}")
+    if not lines:
+        return ""
+    return (f"{len(lines)} unit(s) whose cells do not all carry a field: that field is left out (—) for the unit, "
+            "not averaged over the other sources: " + "; ".join(lines) + ".")
