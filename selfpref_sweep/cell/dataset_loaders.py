@@ -21,13 +21,6 @@ from ..errors import DataError
 
 # The paper's sources, by the keys of its file names.
 PAPER_SOURCES = ("human", "gpt4", "gpt35", "claude", "llama")
-# The paper's key of a model that wrote some of its summaries, by model name, for configs without `paper_key`.
-PAPER_KEY_BY_MODEL_NAME = {"gpt35": "gpt35", "gpt4": "gpt4", "llama2": "llama", "llama": "llama", "claude": "claude"}
-
-
-def paper_key_of(model_cfg) -> Optional[str]:
-    """The key of the paper's summaries a model wrote (its `paper_key`, else by its name), or None."""
-    return getattr(model_cfg, "paper_key", None) or PAPER_KEY_BY_MODEL_NAME.get(str(model_cfg.name))
 
 
 @dataclass(frozen=True)

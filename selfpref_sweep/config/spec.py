@@ -17,14 +17,13 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
 
-from ..cell.dataset_loaders import paper_key_of
-from ..cell.summaries import OWN_DATASET, OWN_GENERATED, own_origin
 from ..errors import ConfigError
 from ..models.local.precision import AUTO, resolve_dtype
 from ..records.schema import CellCoordinates, Transfer, transfer_of
 from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
                FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
                PREFERENCE_PROMPT_TASKS, RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
+from .origins import OWN_DATASET, OWN_GENERATED, own_origin, paper_key_of
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..cell.articles import select_articles
-from ..cell.dataset_loaders import PAPER_KEY_BY_MODEL_NAME, Dataset, load_dataset
+from ..cell.dataset_loaders import Dataset, load_dataset
 from ..cell.judging import individual_messages, order_messages
 from ..cell.pairs import Pair, make_pairs
 from ..cell.summaries import HUMAN, dataset_summaries, generate_summaries
 from ..config import FinetuneTaskName
+from ..config.origins import PAPER_KEY_BY_MODEL_NAME
 from ..config.spec import CellSpec
 from ..errors import ConfigError, DataError
 from ..models.base import Message
