@@ -82,7 +82,7 @@ def _timed_iter(phase, fn):
 def instrument():
     """Wrap the functions of each phase; returns the list the local models built are appended to."""
     import selfpref_sweep.analysis.job.callback as analysis_callback
-    import selfpref_sweep.cell.runner as cell
+    import selfpref_sweep.run.runner as cell
     import selfpref_sweep.store as store
     from selfpref_sweep.models import local
 

@@ -51,8 +51,8 @@ def config_path() -> str:
 
 def run_job(cfg: DictConfig) -> None:
     """One Hydra job: a cell, or its plan with plan=true. Errors are recorded in the cell directory."""
-    from .cell.runner import run_cell  # after Hydra has parsed the command line: keeps --help fast
-    from .cell.plan import plan_cell
+    from .run.runner import run_cell  # after Hydra has parsed the command line: keeps --help fast
+    from .run.plan import plan_cell
     from .records.schema import ERROR_FILE, wandb_group_name
     from .config.spec import resolve_cell
     from .config.validation import validate_config

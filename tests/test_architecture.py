@@ -73,7 +73,7 @@ def _cycle(graph: dict):
 
 def test_no_import_cycle_among_modules():
     graph = import_graph()
-    assert "selfpref_sweep.cell.runner" in graph and "selfpref_sweep.models.local" in graph
+    assert "selfpref_sweep.run.runner" in graph and "selfpref_sweep.models.local" in graph
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -97,7 +97,7 @@ def test_the_analysis_reads_records_only():
         if m not in reachable:
             reachable.add(m)
             todo += graph[m]
-    for forbidden in ("selfpref_sweep.cell.plan", "selfpref_sweep.cell.runner", "selfpref_sweep.finetune", "selfpref_sweep.models"):
+    for forbidden in ("selfpref_sweep.run.plan", "selfpref_sweep.run.runner", "selfpref_sweep.finetune", "selfpref_sweep.models"):
         assert forbidden not in reachable, forbidden
     assert "selfpref_sweep.records.schema" in reachable
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from selfpref_sweep.cell import scoring
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.scoring import individual_value, score_individual, score_pair, summarize_question
 from selfpref_sweep.records.scores import LOGODDS_CLIP, score_order
 from selfpref_sweep.config.spec import resolve_cell

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from tests import fakes

@@ -7,9 +7,9 @@ import pytest
 
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD, OTHER, OWN
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.cell.plan import plan_cell
+from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.cell.results import table_row
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.summaries import SummarySet
 from selfpref_sweep.config import JudgeConfig, ModelConfig, SettingName
 from selfpref_sweep.config.spec import resolve_cell

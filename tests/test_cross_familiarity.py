@@ -11,8 +11,8 @@ import pytest
 
 from selfpref_sweep.measurements.familiarity.familiarity_report import authorship_baselines_table, baseline_reading
 from selfpref_sweep.analysis.job.pipeline import run_analysis
-from selfpref_sweep.cell.plan import plan_cell
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import AdapterConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError

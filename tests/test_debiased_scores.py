@@ -8,7 +8,7 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from selfpref_sweep.cell.results import format_result, table_row
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.scoring import (individual_logodds, individual_value, score_individual, score_pair,
                                          summarize_question, unjudged)
 from selfpref_sweep.records.scores import LOGODDS_CLIP, pair_logodds, score_order

@@ -10,9 +10,9 @@ import pytest
 from selfpref_sweep.measurements.familiarity.familiarity_report import fit_familiarity, likelihood_units
 from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.cell.plan import plan_cell
+from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.cell.prompts import summarize_messages
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError

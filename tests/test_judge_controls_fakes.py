@@ -17,7 +17,7 @@ import json
 import pandas as pd
 import pytest
 
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND
 from tests.fakes import FakeModel, _answers_at, _overlap, pairwise_parts as _pair

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.cell.prompts import pairwise_messages
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
 from selfpref_sweep.models.local import answer_token_ids

@@ -466,7 +466,7 @@ def assert_same_items(items, reference, tol=2e-3):
 @pytest.mark.real_model
 def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_failures(fresh_server, key_env,
                                                                                        compose_cfg, tmp_path):
-    from selfpref_sweep.cell.runner import run_cell
+    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
 
     clean_cfg = compose_cfg(cell_overrides(fresh_server.base_url), store=tmp_path / "clean.sqlite")

@@ -221,7 +221,7 @@ def test_batch_generation_equals_the_direct_path(server, direct, key_env, tmp_pa
 
 # ------------------------------------------------------------------------------------ plan mode
 def test_plan_prices_batch_models_at_the_batch_rate(compose_cfg, tmp_path, capsys):
-    from selfpref_sweep.cell.plan import format_plan_line, plan_cell
+    from selfpref_sweep.run.plan import format_plan_line, plan_cell
     from selfpref_sweep.config.spec import resolve_cell
 
     common = ["evaluator=gpt4o_mini", "source=human", "dataset.n_articles=2"]

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements.competence.competence_cell import competence_enabled
@@ -299,7 +299,7 @@ def test_a_model_that_refuses_logprobs_is_sampled_with_sample_fallback_k(key_env
 def test_server_presets_compose_validate_and_are_free(preset, model_env, url_env, port, compose_cfg, monkeypatch,
                                                       tmp_path):
     from selfpref_sweep.errors import ConfigError
-    from selfpref_sweep.cell.plan import plan_cell
+    from selfpref_sweep.run.plan import plan_cell
     from selfpref_sweep.config.validation import validate_config
 
     for env in (model_env, url_env):

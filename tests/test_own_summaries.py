@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from selfpref_sweep.cell.plan import plan_cell
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from tests import fakes

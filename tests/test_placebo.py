@@ -13,8 +13,8 @@ from selfpref_sweep.measurements.placebo import placebo_report as Q
 from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.cell.plan import plan_cell
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError

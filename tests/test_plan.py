@@ -3,8 +3,8 @@ import os
 import subprocess
 import sys
 
-from selfpref_sweep.cell.plan import plan_cell
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
 
@@ -47,7 +47,7 @@ def test_plan_grid_prints_every_cell_and_a_total(tmp_path):
 
 def test_the_grid_plan_lists_cells_by_their_job_number(tmp_path, capsys):
     """Presets name cell folders "<job>_<overrides>": the plan lists them in job order, under their job numbers."""
-    from selfpref_sweep.cell.plan import summarize_plans
+    from selfpref_sweep.run.plan import summarize_plans
 
     cell = {"evaluator": "e", "dataset": "d", "setting": "pairwise", "label": "none", "finetune_task": "none"}
     for job in (10, 2, 0):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from selfpref_sweep.cell.plan import plan_cell
+from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.cell.preflight import (ASSUMED_OPENAI_EPOCHS, OPENAI_MIN_TRAINING_EXAMPLES, finetune_cost,
                                            grid_preflight, missing_api_key, unavailable_weights)
 from selfpref_sweep.config import ModelConfig, WeightsConfig

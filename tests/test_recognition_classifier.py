@@ -116,7 +116,7 @@ def test_format_is_one_line():
 
 def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_cfg, tmp_path):
     from selfpref_sweep.analysis.sweep.load import load_sweeps
-    from selfpref_sweep.cell.runner import run_cell
+    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
     from tests.conftest import FAKE_EVALUATOR
 

@@ -13,7 +13,7 @@ from typing import Dict
 
 import pytest
 
-from selfpref_sweep.cell.runner import run_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.config.validation import validate_config
 from selfpref_sweep.errors import ConfigError

@@ -92,7 +92,7 @@ def test_an_empty_summary_is_counted_not_used():
 
 def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_cfg, tmp_path):
     from selfpref_sweep.analysis.sweep.load import load_sweeps
-    from selfpref_sweep.cell.runner import run_cell
+    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
     from tests.conftest import FAKE_EVALUATOR
 
@@ -116,7 +116,7 @@ def test_the_report_shows_both_sections_and_the_reliability_figure(compose_cfg, 
     from selfpref_sweep.measurements.recognition_classifier.classifier_report import classifier_table
     from selfpref_sweep.measurements.surface_baseline.surface_report import surface_table
     from selfpref_sweep.analysis.job.pipeline import run_analysis
-    from selfpref_sweep.cell.runner import run_cell
+    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
     from tests.conftest import FAKE_EVALUATOR
 

@@ -267,7 +267,7 @@ def test_a_rerun_after_the_faults_stop_repairs_recorded_failures(stub_server, tm
     records counted no_logprobs exclusions, and re-running it once the faults stop gives the fault-free results."""
     import json
 
-    from selfpref_sweep.cell.runner import run_cell
+    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
     from tests.fault_proxy import FaultProxy
 

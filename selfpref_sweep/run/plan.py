@@ -24,9 +24,9 @@ from ..models.cached import CachedModel, stored_result
 from ..records.atomic import atomic_write_json
 from ..records.schema import PLAN_FILE, CellPlan
 from ..store import Store
-from .inputs import load_articles, prepare_inputs
-from .judging import flatten
-from .preflight import cell_preflight, finetune_cost, grid_preflight
+from ..cell.inputs import load_articles, prepare_inputs
+from ..cell.judging import flatten
+from ..cell.preflight import cell_preflight, finetune_cost, grid_preflight
 from .runner import judge_cell
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget

@@ -3,8 +3,10 @@
     articles -> summaries (own, other) -> pairs -> judge requests -> answer distributions -> scores -> record
                                                 -> measurements (measurements/: competence, familiarity, ...)
 
-Each stage lives in the module named after it (inputs for stages 1-3, judging, scoring, results); plan
-mode (plan.py), fine-tuning (finetune/) and the inverse check reuse them.
+Each stage lives in cell/, in the module named after it (inputs for stages 1-3, judging, scoring, results); this
+module composes them with what sits beside or above the cell: fine-tuning (finetune/), the measurements (through
+their registry), the call store and model pool, the cell's files and its W&B run. Plan mode (plan.py) runs the same
+composition with stand-in models.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from ..records.schema import (INVERSE_FILE, RESULTS_FILE, STATUS_COMPLETE, STATU
 from ..store import Store
 from ..store.claims import CellClaims, Holder, cell_claims
 from ..tracking import CellTracker, log_finetune
-from .dataset_loaders import Dataset
-from .inputs import CellInputs, load_articles, prepare_inputs
-from .judging import ItemRequests, answer_distributions, judge_requests
-from .results import cell_summary, format_result, item_records, table_row
-from .scoring import item_verdicts
+from ..cell.dataset_loaders import Dataset
+from ..cell.inputs import CellInputs, load_articles, prepare_inputs
+from ..cell.judging import ItemRequests, answer_distributions, judge_requests
+from ..cell.results import cell_summary, format_result, item_records, table_row
+from ..cell.scoring import item_verdicts
 
 log = logging.getLogger(__name__)
 
