@@ -71,9 +71,8 @@ class Registry:
             raise ConfigError(f"Unknown {self.kind} {name!r}; valid: {', '.join(sorted(entries))} (a plug-in adds one "
                               f"through the entry-point group {self.group} or ${self.env_var}).")
         entry = entries[name]
-        module, _, attr = entry.target.partition(":")
         try:
-            found = functools.reduce(getattr, attr.split("."), importlib.import_module(module))
+            found = load(entry.target)
         except (ImportError, AttributeError) as exc:
             raise ConfigError(f"The {self.kind} {name!r} names {entry.target!r}, which cannot be loaded: {exc} "
                               f"(declared by {entry.source}).") from exc
@@ -100,6 +99,12 @@ class Registry:
         if not (name and module.strip() and colon and attr.strip()):
             raise ConfigError(f"The {self.kind} entry {name!r} -> {entry.target!r} ({entry.source}) is not "
                               f"name -> module:Class.")
+
+
+def load(target: str):
+    """What "module:attr" (attr dotted or not) names, its module imported now."""
+    module, _, attr = target.partition(":")
+    return functools.reduce(getattr, attr.split("."), importlib.import_module(module))
 
 
 @functools.lru_cache(maxsize=32)

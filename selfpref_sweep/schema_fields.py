@@ -4,8 +4,9 @@ A numeric field carries its range in its metadata (`ranged(default, COUNT)`), or
 is meaningful (`unbounded(0)`, e.g. a seed); a string field may carry its closed set of values
 (`one_of("offline", "offline", "online", "disabled")`). config/validation.py reads them from there, so a
 setting's default and its range are written once, beside it, in whatever module owns it (config/__init__.py for
-the core; measurements/<name>/<name>_settings.py for a measurement's). This module imports nothing of the
-package, so any of those may use it.
+the core; models/<backend>/<backend>_settings.py for a backend's, measurements/<name>/<name>_settings.py for a
+measurement's). `composed` makes one schema of the core's fields and every component's (config.ModelConfig,
+config.JudgeConfig). This module imports nothing of the package, so any of those may use it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Optional, Tuple
+import typing
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 RANGE, CHOICES = "range", "choices"  # the metadata keys
 
@@ -99,3 +101,32 @@ class Switch(str, Enum):
     auto = "auto"
     on = "on"
     off = "off"
+
+
+def composed(name: str, parts: Sequence[type], core: type) -> type:
+    """The dataclass `name`: the fields of each settings dataclass in `parts`, in that order, then `core`'s, with
+    `core`'s docstring and module. Each field keeps its type, default and metadata (its range, its choices), so
+    Hydra's structured config, validation and whatever serializes a config see exactly what a class inheriting from
+    them all (`class name(*reversed(parts), core)`) would, without any of them being named as a base class: the
+    components are listed in their registries (models/backends.py, measurements.MEASUREMENT_SETTINGS), and
+    adding one edits no schema. A field name two of them declare is a TypeError naming both (a base class would
+    have let one silently override the other)."""
+    owners: Dict[str, str] = {}
+    fields = []
+    for part in [*parts, core]:
+        hints = typing.get_type_hints(part)
+        for f in dataclasses.fields(part):
+            if f.name in owners:
+                raise TypeError(f"{name}: the setting {f.name!r} is declared by both {owners[f.name]} and "
+                                f"{part.__module__}.{part.__qualname__}; rename one of them.")
+            owners[f.name] = f"{part.__module__}.{part.__qualname__}"
+            fields.append((f.name, hints[f.name], _copied(f)))
+    cls = dataclasses.make_dataclass(name, fields, namespace={"__doc__": core.__doc__})
+    cls.__module__ = core.__module__  # pickled by reference, as `module.name`
+    return cls
+
+
+def _copied(f: dataclasses.Field) -> Any:
+    """A field declaration like `f` (its default or factory, flags and metadata), for another dataclass."""
+    return dataclasses.field(default=f.default, default_factory=f.default_factory, init=f.init, repr=f.repr,
+                             hash=f.hash, compare=f.compare, metadata=f.metadata)

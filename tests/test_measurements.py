@@ -19,13 +19,15 @@ from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
 from tests.conftest import FAKE_EVALUATOR
 from tests.toy_measurement.toy_settings import ToySettings
 
-TOY = "toy=tests.toy_measurement.toy_cell:ToyMeasurement"  # the one registry entry
+TOY = "toy=tests.toy_measurement.toy_cell:ToyMeasurement"  # the registry entry
+TOY_SETTINGS = "toy=tests.toy_measurement.toy_settings:ToySettings"  # its settings' entry
 ON = "+judge.measurements.toy.mode=on"  # its config
 
 
 @pytest.fixture
 def toy(monkeypatch):
     monkeypatch.setenv("SELFPREF_MEASUREMENTS", TOY)
+    monkeypatch.setenv("SELFPREF_MEASUREMENT_SETTINGS", TOY_SETTINGS)
 
 
 def test_the_registry_holds_the_built_ins_then_the_added_ones(toy):

@@ -53,6 +53,7 @@ def plugin(site, monkeypatch):
     project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
     write_dist_info(site, project["name"], project["entry-points"])
     monkeypatch.delenv("SELFPREF_MEASUREMENTS", raising=False)
+    monkeypatch.delenv("SELFPREF_MEASUREMENT_SETTINGS", raising=False)
     monkeypatch.setenv("SELFPREF_BACKENDS", "")
 
 

@@ -234,3 +234,23 @@ def test_the_true_accuracy_is_what_many_articles_give(setting: str) -> None:
             assert backward.mean() == pytest.approx(t["rec_acc_backward"], abs=0.025)
         else:
             assert math.isnan(t["rec_acc_forward"])
+
+
+def test_the_harder_design_plants_article_effects_an_arm_shares():
+    """Arm-by-article effects are shared by an arm's adapters and differ between arms, variant-by-article ones
+    differ between adapters too; both hit recognition and preference alike, and widen the item SD the paper-scale
+    truths are computed with. Unplanted, the random stream is the plain design's."""
+    harder = cm.CoverageDesign(adapters_per_arm=2, adapter_sd=0.0, arm_article_sd=1.0).spec("pairwise", 10)
+    items = design.draw_items(harder, np.random.default_rng(0))
+    one = items[(items["source"] == "human") & (items["dataset"] == "sim_xsum")]
+    by_variant = {name: g.set_index("article_id")["rec_logodds"] for name, g in one.groupby("evaluator_variant")}
+    seeds = [name for name in by_variant if name.endswith("[seed=0]") or name.endswith("[seed=1]")]
+    arm = seeds[0].rsplit(" [seed=", 1)[0]
+    a, b = by_variant[f"{arm} [seed=0]"], by_variant[f"{arm} [seed=1]"]
+    other = next(by_variant[n] for n in seeds if not n.startswith(arm))
+    # adapters of one arm move together over articles (shared effect SD 1 against item noise SD 1)
+    assert np.corrcoef(a, b)[0, 1] > np.corrcoef(a, other)[0, 1] + 0.2
+    assert harder.item_sd == pytest.approx(math.sqrt(1.0 + 0.25 + 1.0))
+    plain = cm.CoverageDesign(adapters_per_arm=2).spec("pairwise", 10)
+    same = design.draw_items(replace(plain, variant_article_sd=0.0), np.random.default_rng(0))
+    assert same.equals(design.draw_items(plain, np.random.default_rng(0)))

@@ -3,6 +3,12 @@
 Registered in Hydra's ConfigStore as the base of `conf/config.yaml`, so a misspelt key or an
 invalid enum value fails at composition time with a message that names the valid ones
 (an unknown *choice* for a group is reported by Hydra itself, with the available options).
+
+The model and judge schemas are composed at import of the fields every backend reads (ModelFields) or of how the
+judge's answers are read (JudgeFields), and of the settings each backend and each measurement owns, as their
+registries list them (models/backends.py, measurements.MEASUREMENT_SETTINGS): adding either edits no schema
+here. The registries name the settings as "module:Class" strings, resolved to light modules (schema_fields only), so
+reading a config loads no backend and no measurement.
 """
 
 from __future__ import annotations
@@ -14,22 +20,12 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
-from ..measurements.competence.competence_settings import CompetenceMode as CompetenceMode  # re-exported
-from ..measurements.competence.competence_settings import CompetenceSettings
-from ..measurements.competence.competence_settings import CompetenceSummaries as CompetenceSummaries
-from ..measurements.familiarity.familiarity_settings import FamiliarityMode as FamiliarityMode
-from ..measurements.familiarity.familiarity_settings import FamiliaritySettings
-from ..measurements.placebo.placebo_settings import PlaceboSettings
-from ..measurements.recognition_classifier.classifier_settings import ClassifierSettings
-from ..measurements.surface_baseline.surface_settings import SurfaceSettings
-from ..models.local.local_settings import LocalSettings
-from ..models.openai.openai_settings import EchoLogprobsMode as EchoLogprobsMode  # re-exported
-from ..models.openai.openai_settings import OpenAISettings
-from ..models.vllm.vllm_settings import VllmSettings
-from ..schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE, PROBABILITY, Range, one_of, ranged
+from ..measurements import MEASUREMENT_SETTINGS
+from ..models.backends import BACKEND_SETTINGS
+from ..registry import load
+from ..schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, OPEN_UNIT, POSITIVE, PROBABILITY, Range, composed
 from ..schema_fields import Switch as Switch  # re-exported: the config's three-way settings
-from ..schema_fields import unbounded
-
+from ..schema_fields import one_of, ranged, unbounded
 
 
 class SourceKind(str, Enum):
@@ -112,10 +108,11 @@ class AdapterConfig:
 
 
 @dataclass
-class ModelConfig(LocalSettings, VllmSettings, OpenAISettings):
+class ModelFields:
     """A model (evaluator, source, reference): the fields every backend reads, here, and each backend's own, owned
-    by the backend (models/local/local_settings.py, models/vllm/vllm_settings.py, models/openai/openai_settings.py)
-    and flat in the config (evaluator.generate_batch, evaluator.max_concurrency, ...)."""
+    by the backend (models/backends.py: models/local/local_settings.py, models/vllm/vllm_settings.py,
+    models/openai/openai_settings.py) and flat in the config (evaluator.generate_batch, evaluator.max_concurrency,
+    ...); ModelConfig is composed of them all."""
 
     name: str = MISSING
     backend: str = "local"  # a key of selfpref_sweep.models.BACKENDS (or of $SELFPREF_BACKENDS)
@@ -143,6 +140,9 @@ class ModelConfig(LocalSettings, VllmSettings, OpenAISettings):
     context_tokens: Optional[int] = ranged(None, COUNT)
     # The fine-tune this model carries (part of its identity, so of every cache key); None for a base model.
     adapter: Optional[AdapterConfig] = None
+
+
+ModelConfig = composed("ModelConfig", [load(target) for target in BACKEND_SETTINGS.values()], ModelFields)
 
 
 @dataclass
@@ -293,16 +293,20 @@ class ArticlesConfig:
 
 
 @dataclass
-class JudgeConfig(CompetenceSettings, FamiliaritySettings, PlaceboSettings, ClassifierSettings, SurfaceSettings):
+class JudgeFields:
     """How the judge's answers are read, and every measurement's settings: each built-in measurement owns its
-    fields (measurements/<name>/<name>_settings.py), which appear here flat (judge.competence, judge.placebo...)."""
+    fields (measurements.MEASUREMENT_SETTINGS: measurements/<name>/<name>_settings.py), which appear flat in the
+    config (judge.competence, judge.placebo, ...); JudgeConfig is composed of them all."""
 
     # Items whose probability mass on the answer tokens falls below this, in either order,
     # are excluded and counted (never dropped silently).
     min_answer_mass: float = ranged(0.5, PROBABILITY)
     # Settings of measurement plug-ins outside this schema (measurements/): judge.measurements.<name>.*, checked
-    # against the measurement's own settings dataclass (Measurement.settings_class) where it declares one.
+    # against the measurement's own settings dataclass (measurements.settings_class) where it declares one.
     measurements: Dict[str, Any] = field(default_factory=dict)
+
+
+JudgeConfig = composed("JudgeConfig", [load(target) for target in MEASUREMENT_SETTINGS.values()], JudgeFields)
 
 
 @dataclass

@@ -11,8 +11,8 @@ unknown choice (`evaluator=gtp4`) and a misspelt key without `+`. Two things get
 its range in its metadata where it is defined (schema_fields.py: `ranged`, or `unbounded` where any integer is
 fine, like seeds), a few strings a closed set of values (`one_of`), and any key that a dataclass does not declare
 is rejected, naming the valid ones. Dict-typed fields (`label.display_names`, `prompts.pairwise`, ...) stay
-open: their keys are data. `judge.measurements.<name>` blocks are checked against the named measurement's own
-settings dataclass (`Measurement.settings_class`), and a name no measurement is registered under is an error.
+open: their keys are data. `judge.measurements.<name>` blocks are checked against the settings dataclass the named
+measurement declares (measurements.settings_class), and a name no measurement is registered under is an error.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError
+from ..measurements import MEASUREMENT_SETTINGS, registered, settings_class
 from . import Config, JudgeConfig, enum_value
 from ..schema_fields import choices_of, range_of
 
@@ -112,27 +113,25 @@ def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
     """judge.measurements.<name>: a registered measurement's settings, checked against its settings dataclass."""
     if not isinstance(blocks, DictConfig):
         return
-    from ..measurements import registered
-
-    by_name = {m.name: m for m in registered()}
+    names = [m.name for m in registered()]
     for key in blocks.keys():
-        measurement = by_name.get(str(key))
-        if measurement is None:
+        if str(key) not in names:
             problems.append(f"{path}{key} names no registered measurement: registered are "
-                            f"{', '.join(by_name)} (add one with an entry point of the group "
+                            f"{', '.join(names)} (add one with an entry point of the group "
                             f"selfpref_sweep.measurements, or $SELFPREF_MEASUREMENTS=name=module:Class).")
-        elif measurement.settings_class is not None:
-            ok, block = _value(blocks, str(key))
-            if not ok:
-                continue
-            before = len(problems)
-            _check_node(block, measurement.settings_class, f"{path}{key}.", problems)
-            if len(problems) == before:  # keys and ranges fine: the types must fit the dataclass too
-                try:
-                    OmegaConf.merge(OmegaConf.structured(measurement.settings_class), block)
-                except OmegaConfBaseException as exc:
-                    problems.append(f"{path}{key} does not fit {measurement.settings_class.__name__}: "
-                                    f"{str(exc).splitlines()[0]}")
+            continue
+        # a built-in's settings are typed fields of judge (JudgeConfig), checked there; its open block is not read
+        schema = None if str(key) in MEASUREMENT_SETTINGS else settings_class(str(key))
+        ok, block = _value(blocks, str(key))
+        if schema is None or not ok:
+            continue
+        before = len(problems)
+        _check_node(block, schema, f"{path}{key}.", problems)
+        if len(problems) == before:  # keys and ranges fine: the types must fit the dataclass too
+            try:
+                OmegaConf.merge(OmegaConf.structured(schema), block)
+            except OmegaConfBaseException as exc:
+                problems.append(f"{path}{key} does not fit {schema.__name__}: {str(exc).splitlines()[0]}")
 
 
 def _is_optional(schema: type, name: str) -> bool:

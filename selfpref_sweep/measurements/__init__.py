@@ -20,26 +20,31 @@ The report module may define:
 - `data_files(result)` / `json_sections(result)`: its CSV files and regressions.json sections.
 Only the measurement's folder writes its column names; the rest of the analysis asks its report module.
 
-To add one, create its folder, add one line to `MEASUREMENTS` (or declare its entry point), and read its settings with
-`settings(spec.judge, name)`: a `judge.<name>` key of the typed schema, or else `judge.measurements.<name>`
-(an open block, so a new measurement needs no schema change: `+judge.measurements.<name>.mode=on`).
+To add one, create its folder, add one line to `MEASUREMENTS` (or declare its entry point) and, if it has settings,
+one to `MEASUREMENT_SETTINGS` (or an entry point of the group `selfpref_sweep.measurement_settings`) naming its
+settings dataclass; read them with `settings(spec.judge, name)`. A built-in's settings are typed fields of `judge`
+(config.JudgeConfig is composed of them at import: `judge.placebo`, ...), a plug-in's the open block
+`judge.measurements.<name>` checked against its dataclass (`+judge.measurements.<name>.mode=on`); neither edits a
+schema.
+
+This module is the measurements' interface and registry: the cell (its records, the printed result), the config
+(the settings) and the analysis read it, so it imports nothing of them (tests/test_architecture.py: it sits below
+the config; each measurement's folder sits above the cell).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..registry import Registry
-
-if TYPE_CHECKING:  # the record side (analysis, viewer) never needs these at run time
-    from ..cell.inputs import CellInputs
-    from ..cell.judging import ItemRequests
 
 # name -> "module:Class"; order is the order of the printed result and of the analysis columns.
 MEASUREMENTS: Dict[str, str] = {
@@ -50,6 +55,19 @@ MEASUREMENTS: Dict[str, str] = {
     "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_cell:SurfaceBaselineMeasurement",
 }
 ENV_VAR = "SELFPREF_MEASUREMENTS"
+# name -> "module:Class" of its settings: a dataclass whose fields carry their defaults and ranges (schema_fields.py),
+# in a module of its own that imports nothing but schema_fields. A built-in's are typed fields of `judge`
+# (config.JudgeConfig is composed of them at import, schema_fields.composed), listed in the order of their fields in
+# the config (kept from when they were its base classes; a new one's go last). A plug-in declares its settings the
+# same way, through the registry below (an entry point or $SELFPREF_MEASUREMENT_SETTINGS), and they are read from
+# the open block judge.measurements.<name>, so the schema does not change with what is installed.
+MEASUREMENT_SETTINGS: Dict[str, str] = {
+    "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_settings:SurfaceSettings",
+    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier.classifier_settings:ClassifierSettings",
+    "placebo": "selfpref_sweep.measurements.placebo.placebo_settings:PlaceboSettings",
+    "familiarity": "selfpref_sweep.measurements.familiarity.familiarity_settings:FamiliaritySettings",
+    "competence": "selfpref_sweep.measurements.competence.competence_settings:CompetenceSettings",
+}
 
 
 @dataclass
@@ -59,7 +77,7 @@ class Stage:
 
     enabled: bool
     reason: str
-    answer_items: List["ItemRequests"] = field(default_factory=list)
+    answer_items: List[Any] = field(default_factory=list)  # cell.judging.ItemRequests
     state: Any = None  # the measurement's own object (e.g. the competence control, the familiarity stage)
     records: Dict[str, Any] = field(default_factory=dict)  # article id -> the item's record, once scored
 
@@ -78,15 +96,14 @@ class Measurement(ABC):
     brief = False  # its line is printed by default, not only with verbose=true (the judge-competence control)
     omit_missing: bool = False  # True: an article without a record gets no field (else the field is null)
     report_module: str = ""  # its report side, beside the class's module (".familiarity_report"); "": none
-    # A plug-in's settings (judge.measurements.<name>): a dataclass whose fields carry their defaults and ranges
-    # (schema_fields.py); validation checks the block against it and `settings` fills in its defaults. None: an
-    # open block. The built-ins' settings are typed fields of `judge` (measurements/<name>/<name>_settings.py).
-    settings_class: Optional[type] = None
+    # Its settings are declared in the settings registry (MEASUREMENT_SETTINGS, SETTINGS_REGISTRY), not here: the
+    # config reads them without importing the measurement.
 
     # --- the cell -------------------------------------------------------------------------------------
     @abstractmethod
-    def prepare(self, inputs: "CellInputs", judge, judge_cfg) -> Stage:
-        """The stage's requests for the cell (`judge` is a CachedModel or plan mode's stand-in)."""
+    def prepare(self, inputs: Any, judge, judge_cfg) -> Stage:
+        """The stage's requests for the cell (`inputs`: its cell.inputs.CellInputs; `judge` is a CachedModel or plan
+        mode's stand-in)."""
 
     @abstractmethod
     def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
@@ -94,10 +111,10 @@ class Measurement(ABC):
         measurement that asks more of the judge (e.g. scoring given text) makes those calls here."""
 
     @abstractmethod
-    def summarize(self, stage: Stage, inputs: "CellInputs", n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs: Any, n_items: int) -> Dict[str, Any]:
         """summary.json's block."""
 
-    def summarize_items(self, stage: Stage, inputs: "CellInputs", items: Sequence[Any]) -> Dict[str, Any]:
+    def summarize_items(self, stage: Stage, inputs: Any, items: Sequence[Any]) -> Dict[str, Any]:
         """summary.json's block, for a measurement that also reads the cell's own verdicts (`items`: the
         cell's record.Item list, recognition and preference included); by default `summarize`."""
         return self.summarize(stage, inputs, len(items))
@@ -137,6 +154,8 @@ class Measurement(ABC):
 
 
 REGISTRY = Registry("measurement", Measurement, MEASUREMENTS, ENV_VAR, "selfpref_sweep.measurements")
+SETTINGS_REGISTRY = Registry("measurement's settings", object, MEASUREMENT_SETTINGS, "SELFPREF_MEASUREMENT_SETTINGS",
+                             "selfpref_sweep.measurement_settings")
 
 
 def measurement(name: str) -> Measurement:
@@ -155,15 +174,28 @@ def _registered(entries: Tuple[Tuple[str, str], ...]) -> Tuple[Measurement, ...]
     return tuple(measurement(name) for name, _ in entries)
 
 
+def settings_class(name: str) -> Optional[type]:
+    """The dataclass a measurement declares its settings with (SETTINGS_REGISTRY: built-ins, entry points, the
+    environment), its module imported now; None when it declares none. A ConfigError when it is not a dataclass."""
+    entries = SETTINGS_REGISTRY.entries()
+    if name not in entries:
+        return None
+    found = SETTINGS_REGISTRY.resolve(name)
+    if not dataclasses.is_dataclass(found):
+        raise ConfigError(f"The settings of measurement {name!r} name {entries[name].target!r}, which is not a "
+                          f"dataclass (its fields are the settings, each with its default).")
+    return found
+
+
 def settings(judge_cfg: Any, name: str) -> Any:
     """A measurement's settings: `judge.<name>` when the typed schema has it, else `judge.measurements.<name>`:
-    for a measurement with a `settings_class`, an instance of it with the block's values over its defaults
-    (the defaults alone when the block is absent); else the block as given (None when absent)."""
+    for a measurement that declares settings (settings_class), an instance of them with the block's values over
+    their defaults (the defaults alone when the block is absent); else the block as given (None when absent)."""
     if hasattr(judge_cfg, name):
         return getattr(judge_cfg, name)
     block = getattr(judge_cfg, "measurements", None) or {}
     given = block.get(name) if hasattr(block, "get") else None
-    schema = next((m.settings_class for m in registered() if m.name == name), None)
+    schema = settings_class(name)
     if schema is None:
         return given
     from omegaconf import OmegaConf

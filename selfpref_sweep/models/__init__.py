@@ -3,20 +3,18 @@ optional backend's dependencies (torch, an API client) load only when a cell use
 
 from __future__ import annotations
 
-from typing import Dict
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..registry import Registry
+from .backends import BACKENDS
 from .base import ModelAPI, ModelIdentity
 
 if TYPE_CHECKING:
-    from ..config import ModelConfig
     from ..store import Store
     from .cached import CachedModel
 
-# The call store and the model pool load when first used, not with the package: the config schema imports the
-# backends' settings modules (models/*/*_settings.py), and reading a config should not open the cache's machinery.
+# The call store and the model pool load when first used, not with the package: the config schema reads the
+# backends' settings (backends.py), and reading a config should not open the cache's machinery.
 _LAZY = {"CachedModel": ".cached", "POOL": ".pool"}
 
 
@@ -27,16 +25,9 @@ def __getattr__(name: str):
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-# backend name -> "module:Class"; the class (a ModelAPI) has identity_for(cfg) and __init__(cfg, model_cache,
-# show_progress). Plug-ins: entry points of the group selfpref_sweep.backends, or
-# SELFPREF_BACKENDS="name=module:Class,..." (the test suite's doubles); neither reuses a built-in's name (registry.py).
-BACKENDS: Dict[str, str] = {
-    "local": "selfpref_sweep.models.local:LocalModel",
-    "openai": "selfpref_sweep.models.openai.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
-    "vllm": "selfpref_sweep.models.vllm.vllm_engine:VLLMModel",  # vLLM in this process (a vLLM server: openai)
-}
-
-
+# The built-in backends (backends.py: each one's class and its settings). Plug-ins: entry points of the group
+# selfpref_sweep.backends, or SELFPREF_BACKENDS="name=module:Class,..." (the test suite's doubles); neither reuses a
+# built-in's name (registry.py).
 REGISTRY = Registry("model backend", ModelAPI, BACKENDS, "SELFPREF_BACKENDS", "selfpref_sweep.backends")
 
 
@@ -44,10 +35,10 @@ def backend_class(name: str):
     return REGISTRY.resolve(name)
 
 
-def load_model(model_cfg: "ModelConfig", store: "Store", model_cache: str, show_progress: bool = True
-               ) -> "CachedModel":
-    """A cached handle on the model; weights load only when a call misses the cache, and come from the
-    process's model pool (models/pool.py) when an earlier cell loaded the same model with the same config."""
+def load_model(model_cfg: Any, store: "Store", model_cache: str, show_progress: bool = True) -> "CachedModel":
+    """A cached handle on the model (`model_cfg`: a config.ModelConfig); weights load only when a call misses the
+    cache, and come from the process's model pool (models/pool.py) when an earlier cell loaded the same model with
+    the same config."""
     from .cached import CachedModel
     from .pool import POOL
 
@@ -62,7 +53,7 @@ def load_model(model_cfg: "ModelConfig", store: "Store", model_cache: str, show_
                        release=lambda backend, keep: POOL.release(key, backend, keep))
 
 
-def model_identity(model_cfg: "ModelConfig") -> ModelIdentity:
+def model_identity(model_cfg: Any) -> ModelIdentity:
     """A model's identity without building anything (plan mode, fine-tune cache keys)."""
     return backend_class(model_cfg.backend).identity_for(model_cfg)
 

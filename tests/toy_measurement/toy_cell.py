@@ -1,8 +1,9 @@
 """The toy measurement's cell side: "which summary is longer?" on the cell's pairs, in both orders, with the
 longer summary in the "own" slot, so its score is the judge's P(correct).
 
-Registered with SELFPREF_MEASUREMENTS="toy=tests.toy_measurement.toy_cell:ToyMeasurement"; configured with
-`+judge.measurements.toy.mode=on`.
+Registered with SELFPREF_MEASUREMENTS="toy=tests.toy_measurement.toy_cell:ToyMeasurement", its settings with
+SELFPREF_MEASUREMENT_SETTINGS="toy=tests.toy_measurement.toy_settings:ToySettings" (as a built-in's are in
+measurements.MEASUREMENT_SETTINGS); configured with `+judge.measurements.toy.mode=on`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from selfpref_sweep.cell.scoring import score_items, summarize_question
 from selfpref_sweep.config import SettingName
 from selfpref_sweep.measurements import CI_FIELDS, Measurement, Stage, numbers, settings
 
-from .toy_settings import ToySettings
-
 QUESTION = "length"  # the paper's length prompt (prompts.pairwise.length)
 
 
@@ -24,7 +23,6 @@ class ToyMeasurement(Measurement):
     name = item_key = summary_key = prefix = "toy"
     omit_missing = True
     report_module = ".toy_report"
-    settings_class = ToySettings
     cell_column_names = ("toy_mean", "toy_ci_low", "toy_ci_high")
     item_column_names = ("toy_score",)
 

@@ -50,6 +50,8 @@ class CoverageDesign:
     article_sd: float = 0.5
     adapters_per_arm: int = 1  # replicated fine-tunes (SimulationSpec)
     adapter_sd: float = 0.0  # training randomness: each adapter's preference deviation, log-odds SD
+    variant_article_sd: float = 0.0  # article effects per variant (SimulationSpec), not cancelled by the base
+    arm_article_sd: float = 0.0  # ... per arm, shared by its adapters
 
     def spec(self, setting: str, n_articles: int) -> SimulationSpec:
         """The design in one setting. Individual: each summary is judged alone, so there is no order to be
@@ -69,7 +71,8 @@ class CoverageDesign:
             recognition_variants=len(rec), control_variants=len(ctl), slope=1.0, intercept=0.0, noise=self.noise,
             article_sd=self.article_sd, recognition_signals=tuple(signals), position_biases=tuple(betas),
             source_effects=self.source_effects, shared_article_effect=True,
-            adapters_per_arm=self.adapters_per_arm, adapter_sd=self.adapter_sd)
+            adapters_per_arm=self.adapters_per_arm, adapter_sd=self.adapter_sd,
+            variant_article_sd=self.variant_article_sd, arm_article_sd=self.arm_article_sd)
 
 
 def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> dict[str, float]:
@@ -77,7 +80,7 @@ def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> 
     when its P(own) > 1/2, i.e. when the item's signal (mean + article effect + noise, normal) shifted by the
     order's position bias is above 0. Over both orders each item counts once, the mean of its two hits.
     Individual: one reading (own above other), no per-order figures."""
-    sd = math.hypot(spec.article_sd, spec.noise)
+    sd = spec.item_sd
     forward, backward = stats.norm.cdf((signal + position_bias) / sd), stats.norm.cdf((signal - position_bias) / sd)
     pairwise = spec.setting == "pairwise"
     return {"rec_acc": float(0.5 * (forward + backward)),
@@ -187,10 +190,12 @@ def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str
 
 
 def coverage_main(args: argparse.Namespace, command: str) -> int:
-    if args.adapters_per_arm < 1 or args.adapter_sd < 0:
-        print("error: --adapters-per-arm >= 1 and --adapter-sd >= 0 are needed", file=sys.stderr)
+    if args.adapters_per_arm < 1 or min(args.adapter_sd, args.variant_article_sd, args.arm_article_sd) < 0:
+        print("error: --adapters-per-arm >= 1, and --adapter-sd, --variant-article-sd, --arm-article-sd >= 0 are "
+              "needed", file=sys.stderr)
         return 2
-    design = CoverageDesign(adapters_per_arm=args.adapters_per_arm, adapter_sd=args.adapter_sd)
+    design = CoverageDesign(adapters_per_arm=args.adapters_per_arm, adapter_sd=args.adapter_sd,
+                            variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd)
     settings = [s for s in args.settings.split(",") if s]
     counts = [int(x) for x in args.articles.split(",") if x.strip()]
     if args.reps < 2 or not counts or any(s not in COVERAGE_SETTINGS for s in settings):

@@ -77,6 +77,11 @@ class SimulationSpec:
     # of adapters' means, so they still lie on one line.
     adapters_per_arm: int = 1
     adapter_sd: float = 0.0
+    # Article effects that do not cancel against the base model: per variant (each adapter its own) and per arm
+    # (shared by an arm's adapters; the base model is its own arm), N(0, sd²) per article, drawn per sweep and
+    # added to recognition and preference alike, so every arm stays on the line in the population.
+    variant_article_sd: float = 0.0
+    arm_article_sd: float = 0.0
 
     def __post_init__(self) -> None:
         if self.n_articles < 1:
@@ -87,8 +92,8 @@ class SimulationSpec:
             raise ValueError(f"at most {len(RECOGNITION_NS)} recognition variants (N = {RECOGNITION_NS})")
         if not 0.0 <= self.exclusion_rate < 1.0:
             raise ValueError("exclusion_rate must be in [0, 1)")
-        if min(self.noise, self.article_sd, self.adapter_sd) < 0:
-            raise ValueError("noise, article_sd and adapter_sd must be >= 0")
+        if min(self.noise, self.article_sd, self.adapter_sd, self.variant_article_sd, self.arm_article_sd) < 0:
+            raise ValueError("noise, article_sd, adapter_sd, variant_article_sd and arm_article_sd must be >= 0")
         if self.adapters_per_arm < 1:
             raise ValueError("adapters_per_arm must be at least 1")
         n_variants = int(self.include_base) + self.recognition_variants + self.control_variants
@@ -97,6 +102,12 @@ class SimulationSpec:
                 raise ValueError(f"{name} needs one value per variant ({n_variants})")
         if self.source_effects and len(self.source_effects) != len(self.sources):
             raise ValueError("source_effects needs one value per source")
+
+    @property
+    def item_sd(self) -> float:
+        """The SD of an item's signal around its variant's mean on one question (noise and article effects)."""
+        return math.sqrt(self.noise ** 2 + self.article_sd ** 2 + self.variant_article_sd ** 2
+                         + self.arm_article_sd ** 2)
 
     def source_effect(self, source: str) -> float:
         return self.source_effects[self.sources.index(source)] if self.source_effects else 0.0
@@ -168,7 +179,7 @@ def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "r
     """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise, averaged over the sources (their
     effects): the paper-scale value a variant's unit converges to. β: spec.position_bias unless given."""
     beta = spec.position_bias if position_bias is None else position_bias
-    sd = math.hypot(spec.noise, spec.article_sd)
+    sd = spec.item_sd
     if question == "preference":  # it also carries item_slope × the recognition deviation
         sd *= math.sqrt(1.0 + spec.item_slope ** 2)
     out = []
@@ -237,6 +248,7 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
         effects = {q: rng.normal(0.0, spec.article_sd, n) for q in (*QUESTIONS, "competence")}
         if spec.shared_article_effect:  # an article easy to recognize is as easy to prefer
             effects["preference"] = effects["recognition"]
+        own_effects = _variant_article_effects(spec, named, rng, n)
         for v, name in named:
             deviation_of_adapter = adapter_deviations.get(name, 0.0)
             for source in spec.sources:
@@ -251,7 +263,8 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
                                 ("preference", v.preference + deviation_of_adapter), ("competence", v.competence)):
                     p = QUESTION_PREFIX.get(q, "comp")
                     shift = spec.source_effect(source) if q != "competence" else 0.0
-                    signal = mean + shift + effects[q] + rng.normal(0.0, spec.noise, n)
+                    own = own_effects[name] if q != "competence" else 0.0
+                    signal = mean + shift + effects[q] + own + rng.normal(0.0, spec.noise, n)
                     if q == "recognition":
                         deviation = signal - mean - shift
                     elif q == "preference":
@@ -266,3 +279,19 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optio
                     add(f"{p}_score", np.where(excluded, np.nan, 0.5 * (forward + backward)))
                     add(f"{p}_logodds", np.where(excluded, np.nan, signal))
     return pd.DataFrame({k: np.concatenate(v) for k, v in columns.items()})
+
+
+def _variant_article_effects(spec: SimulationSpec, named: list, rng: np.random.Generator, n: int
+                             ) -> dict[str, Any]:
+    """Per variant name, its article effects beyond the shared ones (SimulationSpec.variant_article_sd, and
+    arm_article_sd shared by an arm's adapters); drawn only where planted, so other designs keep their stream."""
+    out: dict[str, Any] = {name: 0.0 for _, name in named}
+    if spec.arm_article_sd > 0:
+        arms = {(v.finetune_task, v.finetune_n_articles) for v, _ in named}
+        drawn = {arm: rng.normal(0.0, spec.arm_article_sd, n) for arm in sorted(arms, key=str)}
+        for v, name in named:
+            out[name] = out[name] + drawn[(v.finetune_task, v.finetune_n_articles)]
+    if spec.variant_article_sd > 0:
+        for _, name in named:
+            out[name] = out[name] + rng.normal(0.0, spec.variant_article_sd, n)
+    return out

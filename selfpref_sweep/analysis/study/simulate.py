@@ -281,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--adapter-sd", type=float, default=d.adapter_sd,
                    help="SD of each adapter's preference deviation from its arm, log-odds: training randomness "
                         "(default %(default)s; also with --coverage)")
+    _add_article_effect_args(p, d)
     p.add_argument("--bootstrap", type=int, default=d.n_resamples, help="bootstrap resamples per cell")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--power-articles", default="5,10,20,40",
@@ -288,6 +289,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--power-reps", type=int, default=50, help="simulated sweeps per article count (default %(default)s)")
     _add_coverage_args(p)
     return p
+
+
+def _add_article_effect_args(p: argparse.ArgumentParser, d: SimulationSpec) -> None:
+    """The harder design's article effects that do not cancel against the base model (SimulationSpec)."""
+    p.add_argument("--variant-article-sd", type=float, default=d.variant_article_sd,
+                   help="SD of article effects per variant, on both questions (default %(default)s; also with "
+                        "--coverage)")
+    p.add_argument("--arm-article-sd", type=float, default=d.arm_article_sd,
+                   help="SD of article effects per arm, shared by its adapters (default %(default)s; also with "
+                        "--coverage)")
 
 
 def _add_coverage_args(p: argparse.ArgumentParser) -> None:
@@ -319,7 +330,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
         intercept=args.intercept, item_slope=args.item_slope, position_bias=args.position_bias, noise=args.noise, article_sd=args.article_sd,
         exclusion_rate=args.exclusion_rate, competence=args.competence, failing_judges=args.failing_judges,
         n_resamples=args.bootstrap, seed=args.seed, adapters_per_arm=args.adapters_per_arm,
-        adapter_sd=args.adapter_sd,
+        adapter_sd=args.adapter_sd, variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd,
     )
 
 

@@ -28,9 +28,10 @@ from ...cell.pairs import Pair
 from ...cell.scoring import individual_reading, individual_verdict, score_items, unjudged
 from ...records.scores import competence_block
 from ...cell.summaries import HUMAN, SummarySet, dataset_summaries
-from ...config import CompetenceMode, CompetenceSummaries, JudgeConfig, ModelConfig, SettingName
+from ...config import JudgeConfig, ModelConfig, SettingName
 from ...models.base import AnswerRequest
 from .. import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
+from .competence_settings import CompetenceMode, CompetenceSummaries
 
 QUESTION = "competence"  # prompts.pairwise.competence / prompts.individual.competence, and the verdict's key
 NO_DISTRACTOR = "no_distractor"  # fewer than two articles with a summary: no other article to pair with

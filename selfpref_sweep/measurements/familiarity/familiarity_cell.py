@@ -33,13 +33,14 @@ from ...cell.dataset_loaders import Article
 from ...cell.pairs import Pair
 from ...stats.article_means import article_mean
 from ...cell.summaries import generation_request
-from ...config import FamiliarityMode, JudgeConfig, ModelConfig
+from ...config import JudgeConfig, ModelConfig
 from ...config.spec import reference_model_config, same_model_field
 from ...errors import ConfigError
 from ...models import backend_class, model_identity
 from ...models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
 from ...stats.classifier_metrics import proportion
 from .. import CI_FIELDS, Measurement, Stage, block, interval_text, numbers
+from .familiarity_settings import FamiliarityMode
 
 FIELD = "familiarity"  # the item's and summary.json's key
 OWN, OTHER = "own", "other"
