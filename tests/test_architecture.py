@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle among its modules, the analysis reads records only, and the report kit sits
-below the analysis and the measurements' report sides."""
+"""The package's shape: no import cycle among its modules, no import up its layers (LAYERS, lowest first), the
+analysis reads records only, the report kit sits below the analysis and the measurements' report sides, and a
+module-level constant's name means one thing across the package."""
 
 from __future__ import annotations
 
@@ -247,3 +248,144 @@ def test_the_column_finder_finds_a_planted_column(tmp_path):
     (tmp_path / "analysis" / "table.py").write_text('COLUMN = "pl_accuracy_mean"\nOK = "pref_mean"\n')
     (tmp_path / "measurements" / "placebo" / "placebo_report.py").write_text('COLUMN = "pl_accuracy_mean"\n')
     assert _measurement_columns_outside(["pl"], tmp_path) == ["analysis/table.py:1: pl_accuracy_mean"]
+
+
+# ------------------------------------------------------------------------------------------------ the layers
+# The package's layers, lowest first: a module may import modules of its own layer and of those below, never of one
+# above (lazy imports and imports for type checking count too: import_graph reads them all). Each name is a module or
+# package under selfpref_sweep (a package stands for every module in it); "" is the package's own __init__.
+# "measurements" is the measurements' package module alone, their interface and registry (Measurement, Stage,
+# registered(), the settings registry), which the config and the cell read; "measurements.*" is every measurement's
+# folder, whose cell side needs the cell and fine-tuning's labels and whose report side needs the report kit. The
+# report kit sits low (it reads statistics only), so the measurements' report sides and the analysis both stand on
+# it and it can import neither. W&B logging (tracking) reads the records and the config and serves the runner and the
+# analysis, so it sits beside the cell.
+LAYERS = (
+    ("", "errors", "schema_fields", "registry"),  # imports nothing of the package
+    ("records", "store", "stats"),  # what a cell leaves on disk, the call store, shared statistics
+    ("reporting",),  # the report kit the analysis and the measurements' report sides share
+    ("models", "measurements"),  # backends and their registry; the measurements' interface and registry
+    ("config",),  # the schemas (composed of the backends' and measurements' settings), the resolved cell spec
+    ("cell", "finetune", "tracking"),  # the cell's stages; fine-tuning (which reuses them); W&B logging
+    ("measurements.*",),  # each measurement's folder: its cell side, its settings, its report side
+    ("analysis", "imports"),  # the sweep's report; judgements made elsewhere, imported as cells
+    ("run", "cli", "sweep_outcome"),  # the sweep runner and plan mode, the command, the sweep's end
+)
+# Pairs in one layer where the first may still not import the second: stage code runs inside fine-tuning, never the
+# reverse, and the cell writes no W&B run (the runner does).
+APART = {("cell", "finetune"), ("cell", "tracking")}
+
+
+def layer_unit(module: str) -> str:
+    """The LAYERS name a module falls under: the most specific that matches."""
+    rest = module.partition(".")[2]
+    found = [n for names in LAYERS for n in names
+             if (rest.startswith(n[:-1]) if n.endswith(".*") else rest == n or (n and rest.startswith(n + ".")))]
+    assert found, f"{module} is in no layer: place its package in LAYERS"
+    return max(found, key=len)
+
+
+def layer_of(module: str) -> int:
+    unit = layer_unit(module)
+    return next(i for i, names in enumerate(LAYERS) if unit in names)
+
+
+def layer_violations(graph: dict) -> list:
+    """Every import that runs up the layers, or joins a pair kept APART: (importer, imported)."""
+    return sorted((name, dep) for name, deps in graph.items() for dep in deps
+                  if layer_of(dep) > layer_of(name) or (layer_unit(name), layer_unit(dep)) in APART)
+
+
+def test_no_import_runs_up_the_layers():
+    graph = import_graph()
+    assert {layer_unit(m) for m in graph} >= {n for names in LAYERS for n in names}  # every layer name is in use
+    assert layer_violations(graph) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    assert layer_unit("selfpref_sweep.measurements") == "measurements"
+    assert layer_unit("selfpref_sweep.measurements.placebo.placebo_cell") == "measurements.*"
+    assert layer_violations({"selfpref_sweep.config.spec": {"selfpref_sweep.cell.summaries"},
+                             "selfpref_sweep.cell.results": {"selfpref_sweep.measurements"},
+                             "selfpref_sweep.cell.inputs": {"selfpref_sweep.finetune.prepare"},
+                             "selfpref_sweep.records.schema": {"selfpref_sweep.errors"}}) == [
+        ("selfpref_sweep.cell.inputs", "selfpref_sweep.finetune.prepare"),
+        ("selfpref_sweep.config.spec", "selfpref_sweep.cell.summaries")]
+
+
+# ------------------------------------------------------------------------------ one name, one meaning
+# Module-level ALL_CAPS names that several modules bind on purpose, to the same kind of value and one meaning: the
+# attributes a measurement's report side or a report section module defines for its readers (NAME, SECTION, ITEMS,
+# PACKAGE, TEXT, ...), a backend's BACKEND_VERSION, the registries' REGISTRY. They pass the check below on their
+# own (one kind of value); the list records that their repetition is deliberate, and exempts them should a module's
+# value ever take another form.
+SHARED_NAMES = {"ALPHA", "NAME", "SECTION", "PACKAGE", "TEXT", "ITEMS", "REGISTRY", "BACKEND_VERSION"}
+
+
+def _value_kind(node: ast.AST) -> str:
+    """What kind of value an expression makes, as far as its syntax says: str, number, bool, none, sequence (a list or
+    a tuple), set, dict, 'call X' (an instance of X, or what X returns), 'name X' (another name's value), or the
+    expression's node type."""
+    if isinstance(node, ast.Constant):
+        kind = type(node.value).__name__
+        return {"int": "number", "float": "number", "NoneType": "none"}.get(kind, kind)
+    if isinstance(node, ast.UnaryOp):
+        return _value_kind(node.operand)
+    if isinstance(node, ast.BinOp):
+        left, right = _value_kind(node.left), _value_kind(node.right)
+        return left if left == right else f"{left} {type(node.op).__name__} {right}"
+    literal = {ast.JoinedStr: "str", ast.List: "sequence", ast.ListComp: "sequence", ast.Tuple: "sequence",
+               ast.Set: "set", ast.SetComp: "set", ast.Dict: "dict", ast.DictComp: "dict"}
+    if type(node) in literal:
+        return literal[type(node)]
+    if isinstance(node, ast.Call):
+        callee = ast.unparse(node.func)
+        return {"list": "sequence", "tuple": "sequence", "frozenset": "set", "set": "set", "dict": "dict",
+                "str": "str", "int": "number", "float": "number"}.get(callee, f"call {callee}")
+    if isinstance(node, ast.Name) and node.id == "__package__":
+        return "str"
+    return f"name {ast.unparse(node)}" if isinstance(node, (ast.Name, ast.Attribute)) else type(node).__name__
+
+
+def _constants(path: Path):
+    """(name, kind) of every ALL_CAPS name a module binds at its top level (`A = ...`, `A: T = ...`, `A, B = x, y`)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        pairs = []
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs.append((node.target, node.value))
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and re.fullmatch(r"_?[A-Z][A-Z0-9_]*", target.id):
+                yield target.id, _value_kind(value)
+
+
+def constant_clashes(root: Path = PACKAGE) -> dict:
+    """name -> {module: kind} for every ALL_CAPS name bound at module level, in two or more modules, to values of
+    different kinds (SHARED_NAMES aside)."""
+    seen: dict = {}
+    for path in sorted(root.rglob("*.py")):
+        for name, kind in _constants(path):
+            seen.setdefault(name, {})[str(path.relative_to(root))] = kind
+    return {name: where for name, where in seen.items()
+            if name not in SHARED_NAMES and len(set(where.values())) > 1}
+
+
+def test_no_constant_name_has_two_meanings():
+    """A module-level ALL_CAPS name means one thing across the package: two modules may bind it only to the same
+    kind of value (a string, a number, a sequence, a dict, an instance of one class, ...). A reader who meets
+    `SCALES` or `EVALUATOR` then knows what it holds whichever module it came from, and one module's name can be
+    imported in place of another's only where they mean the same. Names several modules bind on purpose are listed
+    in SHARED_NAMES with why; kinds are read off the syntax (_value_kind), so a list and a tuple are one kind, and a
+    name bound to another name is its own kind."""
+    assert constant_clashes() == {}
+
+
+def test_the_constant_check_finds_a_planted_clash(tmp_path):
+    (tmp_path / "a.py").write_text('EVALUATOR = "gpt4"\nNAME = "a"\nLIMIT = 3\n_ROWS = [1]\n')
+    (tmp_path / "b.py").write_text('EVALUATOR = {"gpt4": "gpt4"}\nNAME = ("b",)\nLIMIT = 2.5\n_ROWS = (2,)\n')
+    assert constant_clashes(tmp_path) == {"EVALUATOR": {"a.py": "str", "b.py": "dict"}}

@@ -21,10 +21,10 @@ VOWELS = frozenset("aeiouAEIOU")
 
 # The task names as strings (their one definition is config/__init__.py's): tasks that ask the recognition question,
 # and those that ask their own control question.
-RECOGNITION_PROMPT_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
+RECOGNITION_TASKS = tuple(t.value for t in _RECOGNITION_PROMPT_TASKS)
 CONTROL_TASKS = tuple(t.value for t in CONTROL_QUESTION_TASKS)
 PREFERENCE_TASKS = tuple(t.value for t in _PREFERENCE_PROMPT_TASKS)  # the positive control(s)
-ALL_TASKS = RECOGNITION_PROMPT_TASKS + CONTROL_TASKS + PREFERENCE_TASKS
+ALL_TASKS = RECOGNITION_TASKS + CONTROL_TASKS + PREFERENCE_TASKS
 INDIVIDUAL_TASKS = tuple(t.value for t in _INDIVIDUAL_PROMPT_TASKS)  # trained one summary at a time
 
 

@@ -31,7 +31,7 @@ SOURCES = PAPER_SOURCES  # the authors' source keys
 BASES = ("gpt4", "gpt35", "llama")
 LABEL_CONDITIONS = tuple(c.value for c in LabelName if c != LabelName.none)  # the label runs' folders
 # The authors' base names -> this project's evaluator names (conf/evaluator/).
-EVALUATOR = {"gpt4": "gpt4", "gpt35": "gpt35", "llama": "llama2"}
+EVALUATOR_BY_BASE = {"gpt4": "gpt4", "gpt35": "gpt35", "llama": "llama2"}
 # The authors' fine-tune tasks -> (finetune_task, N articles trained on). Controls trained on 500 articles.
 TASKS = {"2": ("recognition", 2), "10": ("recognition", 10), "500": ("recognition", 500),
          "always_1": ("always_1", 500), "random": ("random", 500), "readability": ("readability", 500),
@@ -72,7 +72,7 @@ class PaperModel:
 
     @property
     def evaluator(self) -> str:
-        return EVALUATOR[self.base]
+        return EVALUATOR_BY_BASE[self.base]
 
     @property
     def finetune_task(self) -> str:
