@@ -1,4 +1,3 @@
-"""How well the analysis recovers known truths: the planted-bias simulator, its coverage study, and the
-calibration labels the report reads from that study."""
+"""How well the analysis recovers known truths: the planted-bias simulator, its coverage study, its labels."""
 
 __all__ = ["calibration", "coverage", "coverage_mode", "design", "simulate"]
