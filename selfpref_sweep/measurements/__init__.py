@@ -12,7 +12,7 @@ the cell (its requests go to the judge in the cell's batch), plan mode (its call
 columns), the W&B item table, the item viewer, and the report (its items, figures and data files).
 
 The report module may define:
-- `ITEMS`: its report items (analysis.report.ReportItem), each after the core item it names (`after`) or else
+- `ITEMS`: its report items (reporting.items.ReportItem), each after the core item it names (`after`) or else
   with the other measurements' items;
 - `PLOTS`: {figure stem: draw(cells, path) -> PlotFile}, the figures its items show;
 - `recorded(cells)`: whether some cell recorded it (default: its `<prefix>_enabled` column is true somewhere),
