@@ -48,7 +48,9 @@ the source level, and gave no interval in up to a third of the groups at 10 arti
 (recognition too unreliable to correct). The interaction: uncorrected (its recognition × kind column is too
 unreliable to correct, so the corrected one mostly refuses); it rejected 5-11% pooled and 0-5.5% per
 transfer. With replicated arms the interaction is fitted on each arm's mean over its adapters
-(finetune_tests.arm_means, averaged draw by draw), as the plain fit is. Rows that miss their target carry
+(finetune_tests.arm_means, averaged draw by draw), as the plain fit is. It is the report's one interaction test:
+the interaction section prints it, and the specificity reading uses it. Every row's variance also holds
+training randomness (training_variance.py: adapters within arms, and arms). Rows that miss their target carry
 calibration.py's label.
 
 Not here: the Fisher interval of r, the MixedLM and the item-level fit (not refitted), the unit means and the
@@ -69,6 +71,8 @@ from scipy import linalg
 from ...reporting.grouping import LEVEL_SOURCE, LEVEL_UNIT, SCALES, UNIT_KEYS, condition_groups, kept_items, key_frame
 from ...reporting.regression import ALPHA
 from ...stats.replicates import two_part_t
+from ..sweep.load import arm_name
+from . import training_variance as TV
 from .finetune_tests import ARM_MEANS_NOTE, RECOGNITION_TASKS, arm_point_codes
 
 RESAMPLES = 250  # draws per analysis: the SE's own Monte Carlo error is about 1/sqrt(2·250) ≈ 4.5%
@@ -113,7 +117,7 @@ class ResampledFit:
     reliability: float = math.nan  # of recognition given the other regressors (1: measured without error)
     n_resamples: int = 0  # draws used
     no_interval: str = ""
-    # Training randomness (_training_variance): the between-adapter SD of preference off the line, on the fit's
+    # Training randomness (training_variance.py): the between-adapter SD of preference off the line, on the fit's
     # scale, and its degrees of freedom; its variance is in se, and df is the Welch-Satterthwaite combination.
     n_adapters: int = 0
     training_sd: float = math.nan
@@ -294,38 +298,7 @@ def _interval(est: float, draws: np.ndarray, df: float, v_train: float = 0.0, df
               ) -> dict[str, float]:
     """est ± t × SE, SE² the draws' variance plus ``v_train`` (training randomness), t on the two parts'
     Welch-Satterthwaite degrees of freedom (df alone when v_train is 0): stats.replicates.two_part_t."""
-    return two_part_t(est, float(np.var(draws, ddof=1)), df, v_train, df_train, 1 - ALPHA)
-
-
-def _training_variance(solve: Any, x: np.ndarray, y: np.ndarray, F: np.ndarray, a: np.ndarray,
-                       est: np.ndarray, beta: np.ndarray, adapters: np.ndarray, n_fixed: int
-                       ) -> tuple[np.ndarray, float, float]:
-    """(V, τ², df_τ): per coefficient the variance that a fresh draw of every adapter's training deviation adds;
-    the between-adapter variance τ² behind it (preference off the fitted line, shared by an adapter's points,
-    beyond what the articles explain); and τ²'s degrees of freedom (adapters − coefficients that vary across
-    adapters). A method-of-moments estimate, as in random-effects meta-regression (DerSimonian & Laird 1986):
-    E[r'r] = τ²·‖R D‖² + Σᵢ var_articles(rᵢ), r the sample's residuals, R the fit's residual maker, D the
-    points' adapter membership; the article part from the draws (``beta``: their coefficients). ``solve(x, y)``
-    gives coefficients (draws × p) that are affine in y given x, so R and V are exact for both methods. With
-    one adapter per arm τ² is the arms' scatter about the line: training randomness and any arm-specific
-    departure together. x, y: points × (1 + draws), column 0 the sample; ``beta`` and the draws' columns match."""
-    n = x.shape[0]
-    probe = solve(np.repeat(x[:, :1], n + 1, axis=1), np.hstack([np.eye(n), np.zeros((n, 1))]))
-    A = (probe[:n] - probe[n]).T  # p × n: how each point's preference moves the coefficients
-    codes, names = pd.factorize(pd.Series(adapters).astype(str))
-    D = np.eye(len(names))[codes]
-    df_tau = float(len(names) - n_fixed)
-    if df_tau < 1 or not np.isfinite(A).all() or beta.shape[0] < 2:
-        return np.zeros(A.shape[0]), math.nan, math.nan
-    Z = F + x[:, :1] * a
-    resid = y[:, 0] - Z @ est
-    draws = y[:, 1:] - F @ beta.T - x[:, 1:] * (a @ beta.T)
-    article_part = float(np.nansum(np.var(draws, axis=1, ddof=1)))
-    denominator = float(np.sum(((np.eye(n) - Z @ A) @ D) ** 2))
-    if not denominator > 0:  # every adapter's deviation is absorbed by the fit: nothing to estimate it from
-        return np.zeros(A.shape[0]), math.nan, math.nan
-    tau2 = max(0.0, (float(resid @ resid) - article_part) / denominator)
-    return tau2 * np.sum((A @ D) ** 2, axis=1), tau2, df_tau
+    return two_part_t(est, float(np.var(draws, ddof=1)), df, float(v_train), float(df_train), 1 - ALPHA)
 
 
 def _no_interval(n_draws: int, df: float, reliability: float | None, ok: np.ndarray) -> str:
@@ -344,9 +317,9 @@ def _no_interval(n_draws: int, df: float, reliability: float | None, ok: np.ndar
 
 
 def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndarray | None, interaction: bool,
-               whats: Sequence[str], df: float, base: dict[str, Any], adapters: np.ndarray) -> list[ResampledFit]:
-    """Both methods' rows for one group: x, y are points × (1 + draws), column 0 the sample; ``adapters`` names
-    each point's model (its evaluator variant), whose training deviation its points share."""
+               whats: Sequence[str], df: float, base: dict[str, Any], members: TV.Membership) -> list[ResampledFit]:
+    """Both methods' rows for one group: x, y are points × (1 + draws), column 0 the sample; ``members`` says
+    which points share an adapter's or an arm's training deviation (training_variance.py)."""
     F, a, names = _design(x[:, 0], datasets, kind, interaction)
     col = {SLOPE: names.index("recognition"), INTERCEPT: 0}
     if kind is not None:
@@ -394,24 +367,15 @@ def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndar
                              "recognition too noisy to correct", reliability=rel)
             continue
         cols = np.r_[0, 1 + np.flatnonzero(good)[ok]]  # the sample, then the draws that solved
-        v_train, df_tau, train = _training(lambda xs, ys: coefs(xs, ys, corrected)[0], x[:, cols], y[:, cols], F, a,
-                                           est[0], beta[ok], adapters, p - (len(set(datasets)) - 1), why)
+        train = (TV.none(p, int(members.adapters.any(axis=0).sum())) if why else
+                 TV.training_variance(lambda xs, ys: coefs(xs, ys, corrected)[0], x[:, cols], y[:, cols], F, a,
+                                      est[0], beta[ok], members.columns(cols), p - (len(set(datasets)) - 1)))
         for w in whats:
             e = float(est[0, col[w]])
-            fields = _interval(e, beta[ok, col[w]], df, float(v_train[col[w]]), df_tau) if not why else {}
+            fields = {} if why else _interval(e, beta[ok, col[w]], df, train.v[col[w]], train.df[col[w]])
             rows.append(ResampledFit(what=w, method=method, n=n, **base, ok=True, estimate=e, reliability=rel,
-                                     n_resamples=int(ok.sum()), no_interval=why, **train, **fields))
+                                     n_resamples=int(ok.sum()), no_interval=why, **train.fields(), **fields))
     return rows
-
-
-def _training(solve: Any, x: np.ndarray, y: np.ndarray, F: np.ndarray, a: np.ndarray, est: np.ndarray,
-              beta: np.ndarray, adapters: np.ndarray, n_fixed: int, why: str) -> tuple[np.ndarray, float, dict]:
-    """(V, τ²'s df, the row's training fields) of one method: _training_variance, or nothing where the row has
-    no interval (``why``)."""
-    v, tau2, df_tau = ((np.zeros(F.shape[1]), math.nan, math.nan) if why else
-                       _training_variance(solve, x, y, F, a, est, beta, adapters, n_fixed))
-    return v, df_tau, dict(n_adapters=int(pd.Series(adapters).nunique()), training_df=df_tau,
-                           training_sd=math.sqrt(tau2) if tau2 >= 0 else math.nan)
 
 
 def _groups(frame: pd.DataFrame, within: str) -> list[tuple[str, str, np.ndarray]]:
@@ -447,7 +411,7 @@ def fit_levels(frames: Mapping[str, tuple[pd.DataFrame, Sequence[np.ndarray]]],
     (1 + draws), column 0 the sample."""
     out: list[ResampledFit] = []
     for level, (frame, frame_articles) in frames.items():
-        tuned = (frame["finetune_task"].notna() & ~frame["finetune_task"].astype(str).isin(["none", "null"])).to_numpy()
+        tuned = _trained(frame)
         for within, comparison in (("dataset", False), ("transfer", True)):
             for name, group, rows in _groups(frame, within):
                 rows = rows[tuned[rows]] if comparison else rows
@@ -471,22 +435,31 @@ def _fit_points(frame: pd.DataFrame, frame_articles: Sequence[np.ndarray], pts: 
     n_h = len(set(datasets))
     base = dict(base, n_articles=int(arts.size), n_datasets=n_h, dataset_term=n_h > 1)
     df = float(arts.size - n_h)
-    adapters = frame["evaluator_variant"].astype(str).to_numpy()[pts]
+    points = frame.iloc[pts]
+    adapters = points["evaluator_variant"].astype(str).to_numpy()
+    found = arm_point_codes(points)
+    members = TV.Membership.of_points(adapters, np.asarray([arm_name(v) for v in adapters]),
+                                      _trained(points), found[0] if found is not None else None, x, y)
     if comparison:
-        kind = frame["finetune_task"].astype(str).isin(list(recognition_tasks)).to_numpy()[pts]
-        return (_fit_group(x, y, datasets, kind, False, (SHIFT,), df, base, adapters)
-                + _interaction_rows(frame.iloc[pts], x, y, datasets, kind, df, base, adapters))
+        kind = points["finetune_task"].astype(str).isin(list(recognition_tasks)).to_numpy()
+        return (_fit_group(x, y, datasets, kind, False, (SHIFT,), df, base, members)
+                + _interaction_rows(points, x, y, datasets, kind, df, base, members))
     whats = (SLOPE, INTERCEPT) if base["level"] == LEVEL_UNIT else (SLOPE,)
-    return _fit_group(x, y, datasets, None, False, whats, df, base, adapters)
+    return _fit_group(x, y, datasets, None, False, whats, df, base, members)
+
+
+def _trained(frame: pd.DataFrame) -> np.ndarray:
+    """Per row whether it is a fine-tuned evaluator's (the base model carries no training deviation)."""
+    return (frame["finetune_task"].notna() & ~frame["finetune_task"].astype(str).isin(["none", "null"])).to_numpy()
 
 
 def _interaction_rows(frame: pd.DataFrame, x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndarray,
-                     df: float, base: dict[str, Any], adapters: np.ndarray) -> list[ResampledFit]:
+                     df: float, base: dict[str, Any], members: TV.Membership) -> list[ResampledFit]:
     """The interaction's rows, on each arm's mean over its adapters where arms are replicated
     (finetune_tests.arm_means: the same points in every draw, averaged draw by draw)."""
     found = arm_point_codes(frame)
     if found is None:
-        return _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base, adapters)
+        return _fit_group(x, y, datasets, kind, True, (INTERACTION,), df, base, members)
     codes, arms = found
     pool = np.zeros((len(arms), len(codes)))
     pool[codes, np.arange(len(codes))] = 1.0
@@ -494,7 +467,9 @@ def _interaction_rows(frame: pd.DataFrame, x: np.ndarray, y: np.ndarray, dataset
     pool /= pool.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         xm, ym = pool @ x, pool @ y  # a draw where one adapter has no value gives NaN and sits out
-    rows = _fit_group(xm, ym, datasets[first], kind[first], True, (INTERACTION,), df, base, np.asarray(arms))
+    pooled = TV.Membership.of_arm_means(pool, np.asarray(arms), codes,
+                                        frame["evaluator_variant"].astype(str).to_numpy(), x, y)
+    rows = _fit_group(xm, ym, datasets[first], kind[first], True, (INTERACTION,), df, base, pooled)
     note = ARM_MEANS_NOTE.format(n=len(arms), m=len(codes))
     for r in rows:
         r.note = "; ".join(t for t in (note, r.note) if t)
