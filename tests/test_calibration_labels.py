@@ -150,3 +150,20 @@ def test_a_common_line_reading_carries_the_interaction_tests_label():
     wide = fit(RS.SHIFT, RS.RESAMPLE_CORRECTED, estimate=0.0, se=0.1, df=20, ci_low=-0.2, ci_high=0.2, p=0.9)
     row = T.resampled_table([wide, rejecting], replicated=True).iloc[0]
     assert row["reading"].startswith("inconclusive") and "interaction test" not in row.get(T.CALIBRATION_COL, "")
+
+
+def test_the_interaction_section_prints_the_reports_one_interaction_test():
+    """The interaction section's test is the resampled fit of the same points (the one the specificity reading
+    uses), with its training SD; the plain fit gives only the kinds' slopes. Without a resampled row the plain
+    test is shown and the row says so."""
+    plain = interaction(POOLED, p=0.01)
+    test = RS.ResampledFit(what=RS.INTERACTION, level=LEVEL_UNIT, group_by=POOLED, group="pairwise / none",
+                           scale="paper", method=RS.RESAMPLE_OLS, n=12, ok=True, n_resamples=200, estimate=0.25,
+                           se=0.2, df=18, ci_low=-0.17, ci_high=0.67, p=0.23, n_adapters=21, training_sd=0.31)
+    corrected = RS.ResampledFit(**{**test.to_dict(), "method": RS.RESAMPLE_CORRECTED, "p": 0.001})
+    row = T.interaction_table([plain], resampled=[test, corrected]).iloc[0]
+    assert row["interaction test"] == RS.RESAMPLE_OLS and row["p"] == "0.230"
+    assert row["interaction [95% CI]"].startswith("0.250") and row["training SD (adapters)"] == "0.310 (21)"
+    assert "p (interaction)" not in row and "0.010" not in " ".join(map(str, row.to_numpy()))
+    alone = T.interaction_table([plain]).iloc[0]
+    assert "no resampled fit" in alone["interaction test"] and alone["p"] == "0.010"

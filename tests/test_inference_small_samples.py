@@ -109,9 +109,9 @@ def test_two_treated_clusters_give_no_p_value() -> None:
     assert math.isnan(res.p) and math.isnan(res.ci_low) and TOO_FEW in res.no_interval
     assert "2 recognition fine-tune" in res.no_interval
     row = interaction_table([res]).iloc[0]
-    assert row["p"].startswith(TOO_FEW) and row["95% CI"].startswith(TOO_FEW)
+    assert row["p"].startswith(TOO_FEW) and TOO_FEW in row["interaction [95% CI]"]
     assert not re.search(r"\d", row["p"].replace("2 recognition", "").replace("least 3", ""))
-    assert TOO_FEW in row["slope, recognition fine-tunes [95% CI]"]
+    assert TOO_FEW in row["plain fit: slope, recognition fine-tunes [95% CI]"]
 
 
 # --- proportions and degenerate intervals -------------------------------------------------------

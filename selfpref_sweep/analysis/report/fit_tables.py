@@ -140,26 +140,39 @@ def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
     return df.drop(columns=["cov", "df_resid"], errors="ignore")
 
 
-def interaction_table(results: Sequence[InteractionResult], replicated: bool = False) -> pd.DataFrame:
-    """The recognition-vs-control interaction, both kinds' slopes, and the calibration label where the coverage
-    study of the sweep's design found the test off its size."""
+def interaction_table(results: Sequence[InteractionResult], replicated: bool = False,
+                      resampled: Sequence[ResampledFit] = ()) -> pd.DataFrame:
+    """The recognition-vs-control interaction. Its test is the report's one interaction test, the resampled fit
+    of the same points (resample.REPORTED: OLS with a dataset term, the article resample's SE and, with
+    replicated arms, the training variance), which the specificity reading uses too; the plain fit gives the two
+    kinds' slopes. Without a resampled row (resampling off, or no such group) the plain fit's test is shown and
+    its row says so. The calibration label is the shown test's."""
+    tests = {(f.level, f.group_by, f.group, f.scale): f for f in reported(resampled) if f.what == INTERACTION}
+    groupings, test_groupings = {r.group_by for r in results}, {f.group_by for f in tests.values()}
     rows = []
-    groupings = {r.group_by for r in results}
     for r in results:
-        rows.append(
-            {
-                **_finetune_row_head(r),
-                "interaction: recognition × recognition_finetune": fmt(r.estimate),
-                "95% CI": fmt_ci(r.ci_low, r.ci_high, why=r.no_interval),
-                "p": fmt_p(r.p, why=r.no_interval),
-                "slope, control fine-tunes [95% CI]": est_ci(
-                    r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high, r.no_interval),
-                "slope, recognition fine-tunes [95% CI]": est_ci(
-                    r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high, r.no_interval),
-                "note": r.note,
-                CALIBRATION_COL: _interaction_label(r, groupings, replicated),
-            }
-        )
+        t = tests.get((r.level, r.group_by, r.group, r.scale))
+        if t is not None:
+            why = t.no_interval or ("" if t.ok else t.note)
+            test = {"interaction test": t.method, "interaction [95% CI]": est_ci(t.estimate, t.ci_low, t.ci_high, why),
+                    "p": fmt_p(t.p, why=why),
+                    "training SD (adapters)": f"{fmt(t.training_sd)} ({t.n_adapters})" if t.ok else DASH}
+            label = _resampled_label(t, "", test_groupings, replicated) if t.ok and math.isfinite(t.p) else ""
+        else:
+            test = {"interaction test": f"{r.method} (no resampled fit of these points)",
+                    "interaction [95% CI]": est_ci(r.estimate, r.ci_low, r.ci_high, r.no_interval),
+                    "p": fmt_p(r.p, why=r.no_interval), "training SD (adapters)": DASH}
+            label = _interaction_label(r, groupings, replicated)
+        rows.append({
+            **_finetune_row_head(r),
+            **test,
+            "plain fit: slope, control fine-tunes [95% CI]": est_ci(
+                r.slope_control, r.slope_control_ci_low, r.slope_control_ci_high, r.no_interval),
+            "plain fit: slope, recognition fine-tunes [95% CI]": est_ci(
+                r.slope_recognition, r.slope_recognition_ci_low, r.slope_recognition_ci_high, r.no_interval),
+            "note": r.note,
+            CALIBRATION_COL: label,
+        })
     return _drop_empty_calibration(pd.DataFrame(rows))
 
 

@@ -172,7 +172,7 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
                _specificity_text, lambda r: F.specificity_table(r.est.specificity, r.replicated),
                applies=lambda d: d.finetune_tests, to_wandb=REPORT_TABLE, fitted=lambda r: r.est.specificity),
     ReportItem("interaction", "Recognition vs control fine-tunes: the interaction test", _interaction_text,
-               lambda r: F.interaction_table(r.est.interactions, r.replicated),
+               lambda r: F.interaction_table(r.est.interactions, r.replicated, r.est.resampled),
                applies=lambda d: d.finetune_tests,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.est.interactions),
     ReportItem("finetune_vs_base", "Fine-tuned vs base model on the same items", _finetune_vs_base_text,
