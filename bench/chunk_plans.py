@@ -35,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from judge_speed import _time, paper_requests, timed, workload
+
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.local import MIN_BATCHED_LENGTH, LocalModel
 from selfpref_sweep.models.local.kv_cache import _clone_cache

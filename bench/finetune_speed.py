@@ -45,8 +45,8 @@ def compose_cfg(paper_data: str, store: str, cache_dir: str):
 
 
 def end_to_end(cfg) -> dict:
-    from selfpref_sweep.finetune import prepare_finetuned_evaluator
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.finetune import prepare_finetuned_evaluator
     from selfpref_sweep.models import load_model
     from selfpref_sweep.store import Store
 
@@ -67,9 +67,9 @@ def step_comparison(cfg, examples_path: Path, steps: int) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from selfpref_sweep.config.spec import resolve_cell
     from selfpref_sweep.finetune.examples import TrainingExample
     from selfpref_sweep.finetune.local_trainer import LoraTrainer, answer_loss, encode_examples, training_dtype
-    from selfpref_sweep.config.spec import resolve_cell
     from selfpref_sweep.models.base import Message
 
     row = json.loads(examples_path.read_text().splitlines()[0])

@@ -38,8 +38,8 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, List
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -110,7 +110,7 @@ def workload(cfg, handle, n_articles: int, root: str | None):
     return judge, dataset, prompts
 
 
-def trie_tokens(prompts: List[List[int]]) -> int:
+def trie_tokens(prompts: list[list[int]]) -> int:
     """Distinct prefix tokens over the prompts: what a perfect prefix cache computes."""
     ordered = sorted(prompts)
     total, previous = 0, []
@@ -289,7 +289,7 @@ def main() -> None:
         Path(args.out).write_text("\n".join(lines) + "\n")
 
 
-def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> Dict[str, tuple]:
+def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> dict[str, tuple]:
     from selfpref_sweep.models.local import LocalModel
 
     handle = CachedModel(LocalModel.identity_for(model_cfg), lambda: None, store=None)
@@ -303,7 +303,7 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     print(f"{len(judge_reqs)} judge prompts, {sum(map(len, ids))} prompt tokens, {trie_tokens(ids)} distinct prefix "
           f"tokens; {len(gen_reqs)} summaries x {args.new_tokens} tokens; GEMM {flops / 1e12:.2f} TFLOP/s; "
           f"{params / 1e6:.1f}M non-embedding parameters")
-    rows: Dict[str, tuple] = {}
+    rows: dict[str, tuple] = {}
     paths = args.paths.split(",")
     split = not args.no_split_check
     local = [("default", {}, gen_reqs, split)]
@@ -339,7 +339,7 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
     return rows
 
 
-def _local_paths(args, paths, local, model_cfg, base, judge_reqs, device: str, rows: Dict[str, tuple]) -> None:
+def _local_paths(args, paths, local, model_cfg, base, judge_reqs, device: str, rows: dict[str, tuple]) -> None:
     """Time the local backend's paths named in `paths` (name, settings, summaries, split check) into `rows`."""
     from selfpref_sweep.models.local import LocalModel
 
@@ -362,7 +362,7 @@ def _rate(generated) -> float | None:
     return None if generated is None else generated[1] / generated[0]
 
 
-def hf_tokens(model_dir: Path, messages) -> List[int]:
+def hf_tokens(model_dir: Path, messages) -> list[int]:
     from transformers import AutoTokenizer
 
     if str(model_dir) not in _TOKENIZERS:  # loaded once: a load per prompt took minutes for 320 prompts
@@ -373,7 +373,7 @@ def hf_tokens(model_dir: Path, messages) -> List[int]:
     return tok(text, add_special_tokens=False)["input_ids"]
 
 
-_TOKENIZERS: Dict[str, Callable] = {}
+_TOKENIZERS: dict[str, Callable] = {}
 
 
 def _vllm_importable() -> bool:

@@ -15,7 +15,6 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -51,11 +50,11 @@ def config_path() -> str:
 
 def run_job(cfg: DictConfig) -> None:
     """One Hydra job: a cell, or its plan with plan=true. Errors are recorded in the cell directory."""
-    from .run.runner import run_cell  # after Hydra has parsed the command line: keeps --help fast
-    from .run.plan import plan_cell
-    from .records.schema import ERROR_FILE, wandb_group_name
     from .config.spec import resolve_cell
     from .config.validation import validate_config
+    from .records.schema import ERROR_FILE, wandb_group_name
+    from .run.plan import plan_cell
+    from .run.runner import run_cell  # after Hydra has parsed the command line: keeps --help fast
 
     hc = HydraConfig.get()
     run_dir = Path(hc.runtime.output_dir)
@@ -88,7 +87,7 @@ def run_job(cfg: DictConfig) -> None:
         raise
 
 
-def _track_failure(cfg: DictConfig, spec, run_dir: Path, group: Optional[str], detail: str) -> None:
+def _track_failure(cfg: DictConfig, spec, run_dir: Path, group: str | None, detail: str) -> None:
     """The failed cell's W&B run, marked failed; from the resolved spec when the failure came after it."""
     from .tracking import track_failed_cell
 

@@ -23,9 +23,9 @@ import functools
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Dict, List, Mapping, Tuple
 
 from .errors import ConfigError
 
@@ -46,7 +46,7 @@ class Registry:
         self.kind, self.interface, self.builtins = kind, interface, builtins
         self.env_var, self.group = env_var, group
 
-    def entries(self) -> Dict[str, Entry]:
+    def entries(self) -> dict[str, Entry]:
         """name -> entry, built-ins first (in their order), then entry points (by name), then the environment
         variable's (in its order)."""
         merged = {name: Entry(target, BUILT_IN) for name, target in self.builtins.items()}
@@ -60,7 +60,7 @@ class Registry:
                     f"built-in's name nor another plug-in's; rename one of them.")
         return merged
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         return list(self.entries())
 
     def resolve(self, name: str) -> type:
@@ -85,7 +85,7 @@ class Registry:
     def refresh() -> None:
         _discovered.cache_clear()
 
-    def _from_env(self) -> List[Tuple[str, Entry]]:
+    def _from_env(self) -> list[tuple[str, Entry]]:
         out = []
         for item in filter(None, (s.strip() for s in os.environ.get(self.env_var, "").split(","))):
             name, eq, target = item.partition("=")
@@ -108,7 +108,7 @@ def load(target: str):
 
 
 @functools.lru_cache(maxsize=32)
-def _discovered(group: str, path: Tuple[str, ...]) -> Tuple[Tuple[str, Entry], ...]:
+def _discovered(group: str, path: tuple[str, ...]) -> tuple[tuple[str, Entry], ...]:
     """The group's entry points on this `sys.path` (the key: a directory added to the path is read), by name."""
     found = []
     for ep in entry_points(group=group):
@@ -131,7 +131,7 @@ def _describe(obj) -> str:
     return f"{type(obj).__name__} {obj!r}"[:120]
 
 
-def lazy_exports(package: str, exports: Dict[str, str]):
+def lazy_exports(package: str, exports: dict[str, str]):
     """A package's module-level __getattr__ for its public names: each name is taken from the module (relative to
     the package) that `exports` maps it to, imported when the name is first asked for."""
     def __getattr__(name: str):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-import typing
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any
 
 RANGE, CHOICES = "range", "choices"  # the metadata keys
 
@@ -25,8 +26,8 @@ RANGE, CHOICES = "range", "choices"  # the metadata keys
 class Range:
     """A closed or half-open interval of allowed numbers; None = unbounded on that side."""
 
-    low: Optional[float] = None
-    high: Optional[float] = None
+    low: float | None = None
+    high: float | None = None
     low_open: bool = False
     high_open: bool = False
     integer: bool = False  # for the wording only: the schema's type already enforces it
@@ -80,17 +81,17 @@ def one_of(default: str, *values: str) -> Any:
     return dataclasses.field(default=default, metadata={CHOICES: tuple(values)})
 
 
-def _field(schema: type, name: str) -> Optional[dataclasses.Field]:
+def _field(schema: type, name: str) -> dataclasses.Field | None:
     return next((f for f in dataclasses.fields(schema) if f.name == name), None)
 
 
-def range_of(schema: type, name: str) -> Optional[Range]:
+def range_of(schema: type, name: str) -> Range | None:
     """The field's declared range (ANY for an unbounded one); None where it declares none."""
     f = _field(schema, name)
     return None if f is None else f.metadata.get(RANGE)
 
 
-def choices_of(schema: type, name: str) -> Optional[Tuple[str, ...]]:
+def choices_of(schema: type, name: str) -> tuple[str, ...] | None:
     f = _field(schema, name)
     return None if f is None else f.metadata.get(CHOICES)
 
@@ -111,7 +112,7 @@ def composed(name: str, parts: Sequence[type], core: type) -> type:
     components are listed in their registries (models/backends.py, measurements.MEASUREMENT_SETTINGS), and
     adding one edits no schema. A field name two of them declare is a TypeError naming both (a base class would
     have let one silently override the other)."""
-    owners: Dict[str, str] = {}
+    owners: dict[str, str] = {}
     fields = []
     for part in [*parts, core]:
         hints = typing.get_type_hints(part)

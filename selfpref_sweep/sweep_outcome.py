@@ -14,15 +14,15 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 from hydra.experimental.callback import Callback
 
 from .records.schema import ERROR_FILE
 from .records.sweep_dirs import find_cell_dirs
 
-_failed: List[Path] = []  # failed cell directories of the sweeps this process ran
-_damaged_stores: List[str] = []  # call stores those cells found damaged
+_failed: list[Path] = []  # failed cell directories of the sweeps this process ran
+_damaged_stores: list[str] = []  # call stores those cells found damaged
 _DAMAGED_STORE = re.compile(r"The call store (.+?) is damaged \(")
 
 
@@ -30,11 +30,11 @@ _DAMAGED_STORE = re.compile(r"The call store (.+?) is damaged \(")
 class SweepOutcome:
     sweep_dir: Path
     n_cells: int
-    failed: List[Path] = field(default_factory=list)
-    errors: List[str] = field(default_factory=list)  # the first line of each failed cell's error
+    failed: list[Path] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the first line of each failed cell's error
 
     @property
-    def damaged_store(self) -> Optional[str]:
+    def damaged_store(self) -> str | None:
         """The call store that the cells found damaged, if that is why any failed."""
         for error in self.errors:
             found = _DAMAGED_STORE.search(error)
@@ -73,7 +73,7 @@ def sweep_outcome(sweep_dir: Path) -> SweepOutcome:
     return SweepOutcome(sweep_dir, len(cells), failed, errors)
 
 
-def failed_cells() -> List[Path]:
+def failed_cells() -> list[Path]:
     return list(_failed)
 
 

@@ -9,7 +9,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any
 
 from .records.schema import ERROR_FILE, RESULTS_FILE, SUMMARY_FILE
 
@@ -31,7 +31,7 @@ _REFERENCE_WORDS = frozenset({"env", "var", "variable", "name", "file", "path"})
 _SECRET_VALUE = re.compile(r"^(sk-[A-Za-z0-9_\-]{16,}|hf_[A-Za-z0-9]{20,})$")
 
 
-def _words(key: str) -> List[str]:
+def _words(key: str) -> list[str]:
     spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)
     return [w for w in re.split(r"[_\-.\s]+", spaced.lower()) if w]
 
@@ -67,7 +67,7 @@ def redact(obj: Any) -> Any:
     return REDACTED if _is_secret_value(obj) else obj
 
 
-def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
+def _flatten(prefix: str, obj: Any, out: dict[str, Any]) -> dict[str, Any]:
     if isinstance(obj, dict):
         for k, v in obj.items():
             _flatten(f"{prefix}/{k}" if prefix else str(k), v, out)
@@ -78,7 +78,7 @@ def _flatten(prefix: str, obj: Any, out: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def summary_metrics(summary: Dict[str, Any]) -> Dict[str, Any]:
+def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
     """The numbers (and yes/no verdicts, as 1/0) of a cell's summary.json as W&B metric names ("recognition/mean",
     "recognition/logodds/mean", "recognition/mde/value", "judge_competence/passed", "standardization/<source>/preamble",
     ...): nested blocks flatten, so new fields need no code."""
@@ -93,7 +93,7 @@ def artifact_name(text: str) -> str:
 class CellTracker:
     """A cell's W&B run. The config it logs is redacted here, once."""
 
-    def __init__(self, wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any]):
+    def __init__(self, wandb_cfg: WandbConfig, run_dir: Path, name: str, group: str, config: dict[str, Any]):
         self.run = None
         self.failed = False
         self.run_dir = Path(run_dir)
@@ -110,7 +110,7 @@ class CellTracker:
             reinit="finish_previous",
         )
 
-    def log_cell(self, summary: Dict[str, Any], rows: List[Dict[str, Any]]) -> Optional[str]:
+    def log_cell(self, summary: dict[str, Any], rows: list[dict[str, Any]]) -> str | None:
         if self.run is None:
             return None
         # The grid coordinates as flat config keys (cell.evaluator, cell.transfer, ...): what the comparison
@@ -128,7 +128,7 @@ class CellTracker:
         self.log_files({**summary, "wandb_dir": self.run.dir})
         return self.run.dir
 
-    def log_files(self, summary: Dict[str, Any]) -> None:
+    def log_files(self, summary: dict[str, Any]) -> None:
         """results.jsonl and summary.json (as it will be written) as one artifact of this run; offline runs
         keep it in their files and upload it at `wandb sync`."""
         artifact = self.wandb.Artifact(artifact_name(f"cell-{self.name}-{self.run.id}"), type="cell-results",
@@ -160,7 +160,7 @@ class CellTracker:
             self.run = None
 
 
-def track_failed_cell(wandb_cfg: "WandbConfig", run_dir: Path, name: str, group: str, config: Dict[str, Any],
+def track_failed_cell(wandb_cfg: WandbConfig, run_dir: Path, name: str, group: str, config: dict[str, Any],
                       error_text: str) -> None:
     """A W&B run for a cell that failed, marked failed, so the sweep's group shows every cell. Never raises:
     the cell's own error is what matters."""
@@ -178,7 +178,7 @@ def track_failed_cell(wandb_cfg: "WandbConfig", run_dir: Path, name: str, group:
                 log.warning("could not finish the failed cell's W&B run: %s", exc)
 
 
-def log_finetune(run, block: Optional[Dict[str, Any]]) -> None:
+def log_finetune(run, block: dict[str, Any] | None) -> None:
     """A fine-tune's loss curve as its own series (x = finetune/step), and its scalars in the run summary."""
     if run is None or not block:
         return

@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import List
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -39,7 +38,7 @@ def _empty_model_pool():
 def compose_cfg(tmp_path):
     """Compose conf/config.yaml with overrides; the store goes under tmp_path, W&B is off."""
 
-    def _compose(overrides: List[str] = (), store: Path | None = None):
+    def _compose(overrides: list[str] = (), store: Path | None = None):
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return compose("config", overrides=[f"store.path={store or tmp_path / 'calls.sqlite'}",
                                                 "wandb.mode=disabled", "show_progress=false", *overrides])

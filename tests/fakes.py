@@ -10,10 +10,18 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Iterator, Sequence, Tuple
+from collections.abc import Iterator, Sequence
 
-from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI,
-                                        ModelIdentity, SequenceLogprobs, adapter_fingerprint)
+from selfpref_sweep.models.base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    Generation,
+    ModelAPI,
+    ModelIdentity,
+    SequenceLogprobs,
+    adapter_fingerprint,
+)
 
 CONSTRUCTED = []  # how many times the backend was built (a cached re-run builds none)
 
@@ -29,7 +37,7 @@ class FakeModel(ModelAPI):
         return ModelIdentity(name=cfg.name, backend="fake", weights=f"fake:{cfg.name}", dtype="",
                              adapter=adapter_fingerprint(cfg))
 
-    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[tuple[GenerateRequest, Generation]]:
         for req in requests:
             text = req.messages[-1].content if req.messages else req.prompt
             article = text.split("Article:\n", 1)[-1].split("\n\nProvide only", 1)[0]
@@ -38,7 +46,7 @@ class FakeModel(ModelAPI):
                                   completion_tokens=len(first.split()))
 
     def answer_distributions(self, requests: Sequence[AnswerRequest]
-                             ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+                             ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         delay = float(os.environ.get("FAKE_DELAY_S", "0"))  # slow calls, to kill a sweep mid-cell
         for req in requests:
             time.sleep(delay)

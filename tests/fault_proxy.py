@@ -30,8 +30,8 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import List, Optional, Sequence
 from urllib.parse import urlparse
 
 FAULTS = ("429", "500", "502", "503", "timeout", "drop", "strip_logprobs", "malformed", "400", "401", "403", "404")
@@ -46,8 +46,8 @@ _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 class FaultProxy:
     def __init__(self, upstream: str, faults: Sequence[str] = ("429", "500", "timeout"), fault_rate: float = 0.3,
-                 seed: int = 0, delay_s: float = 5.0, max_consecutive: Optional[int] = None,
-                 schedule: Sequence[Optional[str]] = ()):
+                 seed: int = 0, delay_s: float = 5.0, max_consecutive: int | None = None,
+                 schedule: Sequence[str | None] = ()):
         parsed = urlparse(upstream)
         if parsed.hostname not in _LOOPBACK:
             raise ValueError(f"FaultProxy only forwards to loopback addresses, not {parsed.hostname!r}")
@@ -62,7 +62,7 @@ class FaultProxy:
         self.delay_s = delay_s
         self.seed = seed
         self.counts: Counter = Counter()  # fault name (or "forwarded") -> how many times
-        self.auth_headers: List[str] = []
+        self.auth_headers: list[str] = []
         self._n = 0
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -78,7 +78,7 @@ class FaultProxy:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         self._thread.start()
         return self
 
@@ -86,14 +86,14 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     # ------------------------------------------------------------------ decisions
-    def decide(self) -> Optional[str]:
+    def decide(self) -> str | None:
         """The fault for the next POST, or None to forward it untouched."""
         with self._lock:
             i = self._n
@@ -123,7 +123,7 @@ class FaultProxy:
                 n = int(self.headers.get("Content-Length") or 0)
                 return self.rfile.read(n) if n else b""
 
-            def _reply(self, status: int, body: bytes, headers: Optional[dict] = None) -> None:
+            def _reply(self, status: int, body: bytes, headers: dict | None = None) -> None:
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -135,7 +135,7 @@ class FaultProxy:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout)
                     self.close_connection = True
 
-            def _error(self, status: int, message: str, kind: str, headers: Optional[dict] = None) -> None:
+            def _error(self, status: int, message: str, kind: str, headers: dict | None = None) -> None:
                 body = json.dumps({"error": {"message": message, "type": kind, "code": None}}).encode()
                 self._reply(status, body, headers)
 

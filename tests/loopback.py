@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Type
+from typing import Any
 
 
 class LoopbackServer:
     """Subclasses call `_serve(handler_class)` at the end of their __init__; `with` starts and stops it."""
 
-    def _serve(self, handler: Type[BaseHTTPRequestHandler], port: int = 0, name: str = "loopback") -> None:
+    def _serve(self, handler: type[BaseHTTPRequestHandler], port: int = 0, name: str = "loopback") -> None:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name=name, daemon=True)
@@ -36,8 +36,8 @@ class JsonHandler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # quiet
         pass
 
-    def _send(self, code: int, obj: Any, raw: Optional[bytes] = None,
-              headers: Optional[Dict[str, str]] = None) -> None:
+    def _send(self, code: int, obj: Any, raw: bytes | None = None,
+              headers: dict[str, str] | None = None) -> None:
         body = raw if raw is not None else json.dumps(obj).encode()
         self.send_response(code)
         for name, value in (headers or {}).items():

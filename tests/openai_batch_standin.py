@@ -36,7 +36,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any
 from urllib.parse import parse_qsl, urlparse
 
 from tests.loopback import JsonHandler, LoopbackServer
@@ -49,17 +49,17 @@ class BatchStandIn(LoopbackServer):
         self.error_next = 0
         self.http_error_next = 0
         self.drop_next = 0
-        self.expire_after: Optional[int] = None
+        self.expire_after: int | None = None
         self.fail_validation_next = False
-        self.requests: List[Dict[str, Any]] = []  # method, path, authorization
-        self.files: Dict[str, Dict[str, Any]] = {}
-        self.contents: Dict[str, bytes] = {}
-        self.batches: Dict[str, Dict[str, Any]] = {}
+        self.requests: list[dict[str, Any]] = []  # method, path, authorization
+        self.files: dict[str, dict[str, Any]] = {}
+        self.contents: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
         self.lines_served: Counter = Counter()  # custom_id -> times forwarded upstream
         self.direct_calls = 0  # /v1/chat/completions forwarded upstream
-        self.uploaded: List[str] = []  # the uploaded JSONL texts
+        self.uploaded: list[str] = []  # the uploaded JSONL texts
         self._lock = threading.Lock()
-        self._workers: List[threading.Thread] = []
+        self._workers: list[threading.Thread] = []
         self._serve(self._handler(), name="batch-standin")
 
     # ---------------------------------------------------------------- lifecycle
@@ -77,7 +77,7 @@ class BatchStandIn(LoopbackServer):
         return sum(1 for r in self.requests if r["method"] == method and r["path"].startswith(path_prefix))
 
     # ---------------------------------------------------------------- upstream
-    def forward(self, body: Dict[str, Any]) -> tuple:
+    def forward(self, body: dict[str, Any]) -> tuple:
         """(status, JSON body) of the upstream server's answer to a chat-completions body."""
         req = urllib.request.Request(f"{self.upstream}/chat/completions", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
@@ -95,11 +95,11 @@ class BatchStandIn(LoopbackServer):
                            "filename": name, "purpose": purpose, "status": "processed", "status_details": None}
         return fid
 
-    def _run(self, batch: Dict[str, Any], lines: List[Dict[str, Any]], faults: Dict[str, Any]) -> None:
+    def _run(self, batch: dict[str, Any], lines: list[dict[str, Any]], faults: dict[str, Any]) -> None:
         while self.hold:
             time.sleep(0.02)
-        out: List[str] = []
-        err: List[str] = []
+        out: list[str] = []
+        err: list[str] = []
         served = 0
         for i, line in enumerate(lines):
             cid = line["custom_id"]
@@ -136,7 +136,7 @@ class BatchStandIn(LoopbackServer):
             batch["status"] = "expired" if expired else "completed"
             batch["expired_at" if expired else "completed_at"] = int(time.time())
 
-    def _create_batch(self, body: Dict[str, Any]) -> tuple:
+    def _create_batch(self, body: dict[str, Any]) -> tuple:
         fid = body.get("input_file_id")
         if fid not in self.contents:
             return 400, {"error": {"message": f"invalid input_file_id {fid}", "type": "invalid_request_error"}}
@@ -216,7 +216,7 @@ class BatchStandIn(LoopbackServer):
                         return self._error(400, "files.create must be multipart/form-data")
                     msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
                         f"Content-Type: {ctype}\r\n\r\n".encode() + raw)
-                    fields: Dict[str, Any] = {}
+                    fields: dict[str, Any] = {}
                     for part in msg.iter_parts():
                         name = part.get_param("name", header="content-disposition")
                         fields[name] = (part.get_filename(), part.get_payload(decode=True))

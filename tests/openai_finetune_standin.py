@@ -30,7 +30,7 @@ import json
 import threading
 import time
 import uuid
-from typing import Any, Dict, List
+from typing import Any
 from urllib.parse import parse_qsl, urlparse
 
 from tests.loopback import JsonHandler, LoopbackServer
@@ -46,11 +46,11 @@ class StandIn(LoopbackServer):
         self.rate_limit_next = 0
         self.retry_after = "0"
         self.rate_limit_path = "/v1/"
-        self.requests: List[Dict[str, Any]] = []
-        self.files: Dict[str, Dict[str, Any]] = {}
-        self.file_rows: Dict[str, List[dict]] = {}
-        self.jobs: Dict[str, Dict[str, Any]] = {}
-        self._polls: Dict[str, int] = {}
+        self.requests: list[dict[str, Any]] = []
+        self.files: dict[str, dict[str, Any]] = {}
+        self.file_rows: dict[str, list[dict]] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._polls: dict[str, int] = {}
         self._lock = threading.Lock()
         self._serve(self._handler(), name="finetune-standin")
 
@@ -59,10 +59,10 @@ class StandIn(LoopbackServer):
         return sum(1 for r in self.requests if r["method"] == method and r["path"].startswith(path_prefix))
 
     # ---------------------------------------------------------------- objects
-    def _job_view(self, job: Dict[str, Any]) -> Dict[str, Any]:
+    def _job_view(self, job: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in job.items() if not k.startswith("_")}
 
-    def _advance(self, job: Dict[str, Any]) -> None:
+    def _advance(self, job: dict[str, Any]) -> None:
         jid = job["id"]
         if job["status"] in ("succeeded", "failed", "cancelled"):
             return
@@ -78,7 +78,7 @@ class StandIn(LoopbackServer):
             job.update(status="succeeded", finished_at=int(time.time()), trained_tokens=1234,
                        fine_tuned_model=f"ft:{job['model']}:standin:{suffix}:{jid[-8:]}")
 
-    def _events(self, job: Dict[str, Any]) -> List[Dict[str, Any]]:
+    def _events(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         n = len(self.file_rows.get(job["training_file"], []))
         events = [{"object": "fine_tuning.job.event", "id": f"ftevent-{job['id'][-6:]}-{s}",
                    "created_at": job["created_at"],
@@ -109,7 +109,7 @@ class StandIn(LoopbackServer):
                            headers={"Retry-After": standin.retry_after})
                 return True
 
-            def _record(self, body: Any) -> Dict[str, Any]:
+            def _record(self, body: Any) -> dict[str, Any]:
                 url = urlparse(self.path)
                 rec = {"method": self.command, "path": url.path, "query": dict(parse_qsl(url.query)), "body": body,
                        "authorization": self.headers.get("Authorization"),
@@ -157,7 +157,7 @@ class StandIn(LoopbackServer):
                         return self._error(400, "files.create must be multipart/form-data")
                     msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
                         f"Content-Type: {ctype}\r\n\r\n".encode() + raw)
-                    fields: Dict[str, Any] = {}
+                    fields: dict[str, Any] = {}
                     for part in msg.iter_parts():
                         name = part.get_param("name", header="content-disposition")
                         fields[name] = (part.get_filename(), part.get_payload(decode=True))

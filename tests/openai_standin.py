@@ -27,7 +27,7 @@ import math
 import random
 import threading
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from tests.loopback import JsonHandler, LoopbackServer
 
@@ -41,13 +41,13 @@ NOT_FOUND = {"error": {"message": "This is a chat model and not supported in the
                        "type": "invalid_request_error", "param": "model", "code": None}}
 
 
-def _p_one(messages: List[Dict[str, Any]]) -> float:
+def _p_one(messages: list[dict[str, Any]]) -> float:
     """A deterministic P("1") in [0.2, 0.8] from the prompt."""
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).digest()
     return 0.2 + 0.6 * digest[0] / 255
 
 
-def _usage(completion_tokens: int) -> Dict[str, int]:
+def _usage(completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": 10, "completion_tokens": completion_tokens, "total_tokens": 10 + completion_tokens}
 
 
@@ -59,13 +59,13 @@ class StandIn(LoopbackServer):
         self.completions = completions
         self.counts: Counter = Counter()  # path -> POSTs
         self.logprob_requests = 0  # chat requests carrying logprobs
-        self.auth_headers: List[str] = []
+        self.auth_headers: list[str] = []
         self._draws = 0
         self._lock = threading.Lock()
         self._serve(self._handler(), port, "openai-standin")
 
     # ------------------------------------------------------------------ answers
-    def chat(self, body: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
+    def chat(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body.get("messages") or []
         if body.get("logprobs"):
             with self._lock:
@@ -86,7 +86,7 @@ class StandIn(LoopbackServer):
             return 200, _completion(body, ["1" if rng.random() < p else "2" for _ in range(int(body.get("n") or 1))])
         return 200, _completion(body, [SUMMARY], completion_tokens=9)
 
-    def legacy_completions(self, body: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
+    def legacy_completions(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if self.completions == "refuse":
             return 400, NO_ECHO
         if self.completions == "missing":
@@ -126,8 +126,8 @@ class StandIn(LoopbackServer):
         return Handler
 
 
-def _completion(body: Dict[str, Any], texts: List[str], logprobs: Any = None,
-                completion_tokens: int = 1) -> Dict[str, Any]:
+def _completion(body: dict[str, Any], texts: list[str], logprobs: Any = None,
+                completion_tokens: int = 1) -> dict[str, Any]:
     choices = [{"index": i, "message": {"role": "assistant", "content": t}, "finish_reason": "length",
                 "logprobs": logprobs} for i, t in enumerate(texts)]
     return {"id": "chatcmpl-standin", "object": "chat.completion", "created": 0, "model": body.get("model", MODEL),

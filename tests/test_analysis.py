@@ -14,7 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +39,7 @@ NO_WANDB = {"mode": "disabled"}
 # --- fixture writers -----------------------------------------------------------------------------
 
 
-def _metric(mean: Optional[float], n: int, half: float = 0.05) -> dict[str, Any]:
+def _metric(mean: float | None, n: int, half: float = 0.05) -> dict[str, Any]:
     if mean is None:
         return {"mean": None, "ci_low": None, "ci_high": None, "n": 0, "n_excluded": n}
     return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "n_excluded": 0}
@@ -55,13 +55,13 @@ def write_cell(
     setting: str = "pairwise",
     label: str = "none",
     finetune_task: str = "none",
-    finetune_dataset: Optional[str] = None,
-    finetune_n_articles: Optional[int] = None,
-    rec: Optional[float] = 0.6,
-    pref: Optional[float] = 0.55,
-    items: Optional[list[tuple[str, Optional[float], Optional[float]]]] = None,
-    status: Optional[str] = "complete",
-    error: Optional[str] = None,
+    finetune_dataset: str | None = None,
+    finetune_n_articles: int | None = None,
+    rec: float | None = 0.6,
+    pref: float | None = 0.55,
+    items: list[tuple[str, float | None, float | None]] | None = None,
+    status: str | None = "complete",
+    error: str | None = None,
     results: bool = True,
     extra_overrides: tuple[str, ...] = (),
 ) -> Path:
@@ -449,7 +449,7 @@ def test_cli_help_runs_as_a_module() -> None:
 # --- Hydra callback ------------------------------------------------------------------------------
 
 
-def _hydra_cfg(sweep: Path, wandb: Optional[dict[str, Any]] = None) -> Any:
+def _hydra_cfg(sweep: Path, wandb: dict[str, Any] | None = None) -> Any:
     cfg: dict[str, Any] = {"hydra": {"sweep": {"dir": str(sweep)}}}
     if wandb is not None:
         cfg["wandb"] = wandb

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -168,7 +168,7 @@ def test_report_names_cells_whose_judge_failed_the_control(tmp_path: Path) -> No
     for cell_id in failed["cell_id"]:
         assert cell_id in section and cell_id in html and cell_id in summary_text(result)
     assert JUDGE_FAILED in section and JUDGE_FAILED in html and JUDGE_FAILED in summary_text(result)
-    assert "the judge could not do this task; a null here is uninformative" == JUDGE_FAILED
+    assert JUDGE_FAILED == "the judge could not do this task; a null here is uninformative"
     passed = result.data.cells[result.data.cells["jc_passed"].map(lambda v: v is True)]
     assert not any(f"| {c} |" in section for c in passed["cell_id"])
     units = result.est.units.set_index("evaluator_variant")["judge_competence"]

@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
 
@@ -50,7 +49,7 @@ def run_cli(tmp_path: Path, *overrides: str, multirun: bool = False, subprocess_
     return _in_process(args, env), run_dir
 
 
-def _in_process(args: List[str], env: Dict[str, str]) -> subprocess.CompletedProcess:
+def _in_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """cli.main() as run.py calls it: argv, environment and working folder set, stdout and stderr captured
     (Hydra's log handlers are made during the run, so they write there too), the exit status from SystemExit.
     What a process would start fresh is reset: Hydra's global state, the sweep's failed-cell record, the
@@ -103,7 +102,7 @@ def finished_summary(proc, run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
-def paper_root(tmp_path: Path, articles=None, sources: Optional[Dict[str, object]] = None, raw: Dict[str, bytes] = None
+def paper_root(tmp_path: Path, articles=None, sources: dict[str, object] | None = None, raw: dict[str, bytes] = None
                ) -> Path:
     """A dataset in the paper's layout: articles/xsum_train_articles.json and one summaries file per source.
     `raw` writes exact bytes instead (relative path -> bytes)."""
@@ -185,8 +184,8 @@ def test_the_real_command_line(tmp_path):
     ("+bootstrap.resamples=10", ["bootstrap.resamples", "n_resamples"]),
 ])
 def test_every_range_and_closed_node_is_checked(compose_cfg, override, words):
-    from selfpref_sweep.errors import ConfigError
     from selfpref_sweep.config.validation import validate_config
+    from selfpref_sweep.errors import ConfigError
 
     with pytest.raises(ConfigError) as err:
         validate_config(compose_cfg([override]))

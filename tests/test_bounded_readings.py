@@ -7,12 +7,12 @@ import math
 import pytest
 
 from selfpref_sweep.cell import scoring
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.scoring import individual_value, score_individual, score_pair, summarize_question
-from selfpref_sweep.records.scores import LOGODDS_CLIP, score_order
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.models.openai.openai_api import distribution_from_top_logprobs
+from selfpref_sweep.records.scores import LOGODDS_CLIP, score_order
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_BACKEND
 
 API_JUDGE = ["evaluator.backend=toplist", "evaluator.name=api_eval", "judge.competence=on", "dataset.n_articles=6"]

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
+from selfpref_sweep.run.runner import run_cell
 from tests import fakes
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
 
@@ -156,8 +156,8 @@ def test_parallel_cells_share_the_store(tmp_path):
 def test_disk_full_keeps_nothing_half_written(compose_cfg, tmp_path, monkeypatch):
     import errno
 
-    from selfpref_sweep.records import atomic as cell_module  # where results are written
     from selfpref_sweep.errors import StorageError
+    from selfpref_sweep.records import atomic as cell_module  # where results are written
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")

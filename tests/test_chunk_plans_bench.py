@@ -10,8 +10,8 @@ import pytest
 from selfpref_sweep.cell.judging import Pair, pairwise_requests
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.local.key_blocks import query_width
 from selfpref_sweep.models.local import LocalModel
+from selfpref_sweep.models.local.key_blocks import query_width
 from tests.conftest import REPO
 from tests.test_batch_invariance import BF16
 

@@ -7,17 +7,25 @@ import pytest
 
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD, OTHER, OWN
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.cell.results import table_row
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.summaries import SummarySet
 from selfpref_sweep.config import JudgeConfig, ModelConfig, SettingName
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.config.validation import validate_config
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.measurements.competence.competence_cell import (IDENTICAL_SUMMARIES, NO_DISTRACTOR, competence_enabled, competence_requests,
-                                                    derangement, format_competence, score_competence, summarize_competence)
+from selfpref_sweep.measurements.competence.competence_cell import (
+    IDENTICAL_SUMMARIES,
+    NO_DISTRACTOR,
+    competence_enabled,
+    competence_requests,
+    derangement,
+    format_competence,
+    score_competence,
+    summarize_competence,
+)
 from selfpref_sweep.models.base import AnswerDistribution
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.tracking import summary_metrics
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR
 from tests.fakes import FakeModel
@@ -62,6 +70,7 @@ from tests.fakes import RequestBuilder as _Judge  # noqa: E402  (requests withou
 
 def test_requests_put_the_true_summary_in_the_own_slot_in_both_orders():
     import yaml
+
     from tests.conftest import CONF
 
     prompts = yaml.safe_load((CONF / "prompts" / "paper.yaml").read_text())
@@ -203,6 +212,7 @@ def test_a_finetuned_evaluator_is_the_judge_of_the_control(compose_cfg, tmp_path
 
 def _paper_prompts():
     import yaml
+
     from tests.conftest import CONF
 
     return yaml.safe_load((CONF / "prompts" / "paper.yaml").read_text())

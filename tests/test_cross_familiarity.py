@@ -9,15 +9,19 @@ import math
 import numpy as np
 import pytest
 
-from selfpref_sweep.measurements.familiarity.familiarity_report import authorship_baselines_table, baseline_reading
 from selfpref_sweep.analysis.job.pipeline import run_analysis
-from selfpref_sweep.run.plan import plan_cell
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import AdapterConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
-from selfpref_sweep.measurements.familiarity.familiarity_cell import NO_REFERENCE, FamiliarityMeasurement, refuse_the_judge
+from selfpref_sweep.measurements.familiarity.familiarity_cell import (
+    NO_REFERENCE,
+    FamiliarityMeasurement,
+    refuse_the_judge,
+)
+from selfpref_sweep.measurements.familiarity.familiarity_report import authorship_baselines_table, baseline_reading
 from selfpref_sweep.models import model_identity
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from tests import fakes
 from tests.conftest import FAKE_BACKEND
 

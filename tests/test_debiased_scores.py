@@ -8,13 +8,19 @@ import pytest
 from statsmodels.stats.power import TTestPower
 
 from selfpref_sweep.cell.results import format_result, table_row
-from selfpref_sweep.run.runner import run_cell
-from selfpref_sweep.cell.scoring import (individual_logodds, individual_value, score_individual, score_pair,
-                                         summarize_question, unjudged)
-from selfpref_sweep.records.scores import LOGODDS_CLIP, pair_logodds, score_order
-from selfpref_sweep.stats.article_means import detectable_effect
+from selfpref_sweep.cell.scoring import (
+    individual_logodds,
+    individual_value,
+    score_individual,
+    score_pair,
+    summarize_question,
+    unjudged,
+)
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
+from selfpref_sweep.records.scores import LOGODDS_CLIP, pair_logodds, score_order
+from selfpref_sweep.run.runner import run_cell
+from selfpref_sweep.stats.article_means import detectable_effect
 from selfpref_sweep.tracking import summary_metrics
 from tests.conftest import FAKE_EVALUATOR
 

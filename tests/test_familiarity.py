@@ -7,17 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from selfpref_sweep.measurements.familiarity.familiarity_report import fit_familiarity, likelihood_units
 from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.cell.prompts import summarize_messages
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.measurements.familiarity.familiarity_cell import familiarity_enabled, familiarity_requests
+from selfpref_sweep.measurements.familiarity.familiarity_report import fit_familiarity, likelihood_units
 from selfpref_sweep.models.base import Message, ModelIdentity, SequenceRequest
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_BACKEND
 
 FAMILIAR = ",familiar=tests.fakes:FamiliarJudge"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ModelUnavailableError, StorageError, StoreDamagedError
+from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.store import calls
 from selfpref_sweep.store.salvage import check_store, salvage_store
 from tests.conftest import FAKE_EVALUATOR

@@ -21,7 +21,13 @@ from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.finetune import finetune_plan, format_plan, planned_training_articles, prepare_finetuned_evaluator
 from selfpref_sweep.finetune import labels as L
-from selfpref_sweep.finetune.examples import OWN_SOURCE, available_others, build_examples, label_examples, score_examples
+from selfpref_sweep.finetune.examples import (
+    OWN_SOURCE,
+    available_others,
+    build_examples,
+    label_examples,
+    score_examples,
+)
 from selfpref_sweep.models import load_model
 from selfpref_sweep.store import Store
 from tests import finetune_fakes

@@ -12,6 +12,7 @@ import sys
 from tests.conftest import FAKE_BACKEND, REPO
 from tests.finetune_fakes import FAKE_TRAINER
 
+
 def _sweep(tmp_path, *overrides, name="sweep"):
     sweep = tmp_path / name
     env = {**os.environ, "SELFPREF_BACKENDS": FAKE_BACKEND, "SELFPREF_TRAINERS": FAKE_TRAINER, "WANDB_MODE": "offline",

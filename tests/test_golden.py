@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, List
+from typing import Any
 
 import pytest
 
@@ -34,7 +34,7 @@ VARYING_SUMMARY_KEYS = {
 }
 
 
-def differences(golden: Any, actual: Any, path: str = "", ignore: frozenset = frozenset()) -> List[str]:
+def differences(golden: Any, actual: Any, path: str = "", ignore: frozenset = frozenset()) -> list[str]:
     """Every place where `actual` differs from `golden`: a missing or extra key, a different type or string,
     a list of another length, a float off by more than ABS_TOL. Keys in `ignore` must exist; their values
     are not compared."""
@@ -63,11 +63,11 @@ def differences(golden: Any, actual: Any, path: str = "", ignore: frozenset = fr
     return []
 
 
-def _report(what: str, diffs: List[str]) -> str:
+def _report(what: str, diffs: list[str]) -> str:
     return f"{what}: {len(diffs)} difference(s) from the golden output\n  " + "\n  ".join(diffs[:30])
 
 
-def _jsonl(path: Path) -> List[Any]:
+def _jsonl(path: Path) -> list[Any]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from selfpref_sweep.imports.__main__ import main as imports_main
 from selfpref_sweep.errors import DataError
+from selfpref_sweep.imports.__main__ import main as imports_main
 from selfpref_sweep.imports.imported import ImportInputError
 from selfpref_sweep.imports.paper_import import import_paper
 from selfpref_sweep.records.schema import read_cell

@@ -5,11 +5,11 @@ import json
 import pytest
 
 from selfpref_sweep.cell.pairs import Pair, assign_labels
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.cell.scoring import ZERO_DENOMINATOR, individual_value, score_individual
-from selfpref_sweep.records.scores import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerDistribution
+from selfpref_sweep.records.scores import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_EVALUATOR
 
 SCORES = ["1", "2", "3", "4", "5"]

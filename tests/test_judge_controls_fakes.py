@@ -17,10 +17,11 @@ import json
 import pandas as pd
 import pytest
 
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_BACKEND
-from tests.fakes import FakeModel, _answers_at, _overlap, pairwise_parts as _pair
+from tests.fakes import FakeModel, _answers_at, _overlap
+from tests.fakes import pairwise_parts as _pair
 
 JUDGES = (",position=tests.test_judge_controls_fakes:PositionJudge,reader=tests.test_judge_controls_fakes:ReaderJudge"
           ",alike=tests.test_judge_controls_fakes:AlikeJudge")

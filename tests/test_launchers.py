@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-
 from tests.conftest import FAKE_BACKEND, REPO
 
 BASE = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",

@@ -8,11 +8,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.cell.prompts import pairwise_messages
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding
 from selfpref_sweep.models.local import answer_token_ids
 from selfpref_sweep.models.local.prefix import common_prefix_len
+from selfpref_sweep.run.runner import run_cell
 
 
 def test_answer_spellings():
@@ -128,8 +128,8 @@ def test_familiarity_own_greedy_summary_is_likelier_than_the_reference(qwen):
     import math
 
     from selfpref_sweep.cell.dataset_loaders import load_demo
-    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
     from selfpref_sweep.cell.prompts import summarize_messages
+    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
 
     model, prompts = qwen
     articles = load_demo(OmegaConf.create({"name": "demo", "task": "xsum", "n_articles": 2, "offset": 0,
@@ -176,8 +176,8 @@ def test_our_calls_print_no_warning(qwen):
     import logging
     import warnings
 
-    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
     from selfpref_sweep.cell.prompts import summarize_messages
+    from selfpref_sweep.models.base import GenerateRequest, GenerationDecoding, SequenceRequest
 
     model, prompts = qwen
     article = "The harbour reopened on Friday after storm repairs that took most of the winter."

@@ -12,8 +12,7 @@ import torch
 from transformers import DynamicCache, LlamaTokenizer
 
 from selfpref_sweep.models.base import AnswerRequest, JudgeDecoding, Message, ModelIdentity
-from selfpref_sweep.models.local import (FULL_METHOD, SPLIT_METHOD, LocalModel, split_tokens,
-                                         whitespace_token_ids)
+from selfpref_sweep.models.local import FULL_METHOD, SPLIT_METHOD, LocalModel, split_tokens, whitespace_token_ids
 from selfpref_sweep.models.local.prefix import Score, schedule
 
 # Prompts with a "?" are the ones whose (stub) model starts its answer with whitespace. They share a prefix

@@ -9,13 +9,13 @@ import json
 
 import pytest
 
+from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.analysis.report.items_view import write_items_html
 from selfpref_sweep.analysis.sweep.load import load_sweeps
-from selfpref_sweep.analysis.job.pipeline import run_analysis
-from selfpref_sweep.run.plan import plan_cell
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements import MEASUREMENTS, registered, settings
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_EVALUATOR
 from tests.toy_measurement.toy_settings import ToySettings
 

@@ -24,14 +24,26 @@ import pytest
 from omegaconf import OmegaConf
 
 from selfpref_sweep.errors import ConfigError, ModelUnavailableError
-from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
-                                        JudgeDecoding, Message, ModelIdentity)
+from selfpref_sweep.models.base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    GenerationDecoding,
+    JudgeDecoding,
+    Message,
+    ModelIdentity,
+)
 from selfpref_sweep.models.cached import CachedModel
-from selfpref_sweep.models.openai.openai_api import (BACKEND_VERSION, NO_KEY, OpenAIModel, answer_matches,
-                                                     distribution_from_top_logprobs, is_loopback)
+from selfpref_sweep.models.openai.openai_api import (
+    BACKEND_VERSION,
+    NO_KEY,
+    OpenAIModel,
+    answer_matches,
+    distribution_from_top_logprobs,
+    is_loopback,
+)
 from selfpref_sweep.models.retry import retry_after_s
 from selfpref_sweep.store import Store
-
 from tests.fault_proxy import FaultProxy
 from tests.openai_server import ARTICLES, few_shot_judge_requests, start_or_skip
 
@@ -466,8 +478,8 @@ def assert_same_items(items, reference, tol=2e-3):
 @pytest.mark.real_model
 def test_a_faulty_cell_equals_the_fault_free_one_and_a_rerun_repairs_recorded_failures(fresh_server, key_env,
                                                                                        compose_cfg, tmp_path):
-    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.run.runner import run_cell
 
     clean_cfg = compose_cfg(cell_overrides(fresh_server.base_url), store=tmp_path / "clean.sqlite")
     clean = run_cell(resolve_cell(clean_cfg), tmp_path / "clean")

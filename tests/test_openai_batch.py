@@ -23,7 +23,6 @@ from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.models.openai.openai_api import OpenAIModel
 from selfpref_sweep.models.openai.openai_batch import BatchPending, recorded_batches
 from selfpref_sweep.store import Store
-
 from tests.openai_batch_child import KEY_ENV, SECRET, generate_requests, judge_requests, model_cfg
 from tests.openai_batch_standin import BatchStandIn
 from tests.openai_server import start_or_skip
@@ -221,8 +220,8 @@ def test_batch_generation_equals_the_direct_path(server, direct, key_env, tmp_pa
 
 # ------------------------------------------------------------------------------------ plan mode
 def test_plan_prices_batch_models_at_the_batch_rate(compose_cfg, tmp_path, capsys):
-    from selfpref_sweep.run.plan import format_plan_line, plan_cell
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.run.plan import format_plan_line, plan_cell
 
     common = ["evaluator=gpt4o_mini", "source=human", "dataset.n_articles=2"]
     direct_plan = plan_cell(resolve_cell(compose_cfg(common)), tmp_path / "direct")
@@ -241,8 +240,8 @@ def test_plan_prices_batch_models_at_the_batch_rate(compose_cfg, tmp_path, capsy
 
 
 def test_batch_settings_are_range_checked(compose_cfg):
-    from selfpref_sweep.errors import ConfigError
     from selfpref_sweep.config.validation import unchecked_numeric_fields, validate_config
+    from selfpref_sweep.errors import ConfigError
 
     assert unchecked_numeric_fields() == []
     with pytest.raises(ConfigError, match="batch_max_requests=0 is out of range"):

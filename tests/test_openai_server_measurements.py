@@ -25,17 +25,18 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.measurements.competence.competence_cell import competence_enabled
 from selfpref_sweep.models.base import Message, SequenceRequest
 from selfpref_sweep.models.openai.openai_api import OpenAIModel
 from selfpref_sweep.models.openai.openai_echo import compile_chat_template, echoed_continuation, render_chat
-
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import REPO
 from tests.openai_server import smollm_gguf, start_or_skip
-from tests.openai_standin import MODEL as STANDIN_MODEL, SUMMARY as STANDIN_SUMMARY, StandIn
+from tests.openai_standin import MODEL as STANDIN_MODEL
+from tests.openai_standin import SUMMARY as STANDIN_SUMMARY
+from tests.openai_standin import StandIn
 
 SECRET = "sk-test-SERVERKEY789"  # a fake key; must never reach the store, results or messages
 KEY_ENV = "SELFPREF_TEST_SERVER_KEY"
@@ -298,9 +299,9 @@ def test_a_model_that_refuses_logprobs_is_sampled_with_sample_fallback_k(key_env
                                                            "LLAMA_SERVER_URL", 8000)])
 def test_server_presets_compose_validate_and_are_free(preset, model_env, url_env, port, compose_cfg, monkeypatch,
                                                       tmp_path):
+    from selfpref_sweep.config.validation import validate_config
     from selfpref_sweep.errors import ConfigError
     from selfpref_sweep.run.plan import plan_cell
-    from selfpref_sweep.config.validation import validate_config
 
     for env in (model_env, url_env):
         monkeypatch.delenv(env, raising=False)

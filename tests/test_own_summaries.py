@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from selfpref_sweep.run.plan import plan_cell
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from tests import fakes
 from tests.conftest import FAKE_EVALUATOR
 from tests.test_data import write_paper_layout

@@ -4,6 +4,7 @@ scripts pointing at real functions, and the SLURM preset naming no extra that do
 import ast
 import importlib
 import sys
+
 import tomllib
 
 from tests.conftest import CONF, REPO

@@ -9,20 +9,31 @@ import pytest
 import yaml
 from statsmodels.stats.proportion import proportion_confint
 
-from selfpref_sweep.measurements.placebo import placebo_report as Q
 from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.cell.judging import BACKWARD, FORWARD
 from selfpref_sweep.cell.pairs import Pair
-from selfpref_sweep.run.plan import plan_cell
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config import JudgeConfig, ModelConfig
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.measurements import Stage
-from selfpref_sweep.measurements.placebo.placebo_cell import (TIE, TRUTHS, PlaceboMeasurement, PlaceboState, agreement, format_placebo,
-                                                 placebo_enabled, placebo_stage, score_placebo, summarize_placebo, truth_of)
+from selfpref_sweep.measurements.placebo import placebo_report as Q
+from selfpref_sweep.measurements.placebo.placebo_cell import (
+    TIE,
+    TRUTHS,
+    PlaceboMeasurement,
+    PlaceboState,
+    agreement,
+    format_placebo,
+    placebo_enabled,
+    placebo_stage,
+    score_placebo,
+    summarize_placebo,
+    truth_of,
+)
 from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.records.schema import Item, Verdict
+from selfpref_sweep.run.plan import plan_cell
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import CONF, FAKE_BACKEND, FAKE_EVALUATOR
 
 from .test_analysis import NO_WANDB

@@ -3,9 +3,9 @@ import os
 import subprocess
 import sys
 
+from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.run.plan import plan_cell
 from selfpref_sweep.run.runner import run_cell
-from selfpref_sweep.config.spec import resolve_cell
 from tests.conftest import FAKE_BACKEND, FAKE_EVALUATOR, REPO
 
 

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from selfpref_sweep.run.runner import run_cell
 from selfpref_sweep.config.spec import resolve_cell
-from selfpref_sweep.models.pool import GIB, ModelPool
 from selfpref_sweep.models.local.prefix import PrefixLRU
+from selfpref_sweep.models.pool import GIB, ModelPool
+from selfpref_sweep.run.runner import run_cell
 from tests import fakes
 from tests.conftest import FAKE_EVALUATOR
 

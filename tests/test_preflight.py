@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from selfpref_sweep.run.plan import plan_cell
-from selfpref_sweep.cell.preflight import (ASSUMED_OPENAI_EPOCHS, OPENAI_MIN_TRAINING_EXAMPLES, finetune_cost,
-                                           grid_preflight, missing_api_key, unavailable_weights)
+from selfpref_sweep.cell.preflight import (
+    ASSUMED_OPENAI_EPOCHS,
+    OPENAI_MIN_TRAINING_EXAMPLES,
+    finetune_cost,
+    grid_preflight,
+    missing_api_key,
+    unavailable_weights,
+)
 from selfpref_sweep.config import ModelConfig, WeightsConfig
 from selfpref_sweep.config.spec import resolve_cell
+from selfpref_sweep.run.plan import plan_cell
 from tests.conftest import FAKE_BACKEND
 
 OPENAI_BACKEND = "openai=selfpref_sweep.models.openai.openai_api:OpenAIModel"

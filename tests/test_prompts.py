@@ -106,8 +106,8 @@ def test_the_rules_can_be_switched_off_and_are_counted_per_rule():
 
 
 def test_a_bad_preamble_pattern_is_named(compose_cfg):
-    from selfpref_sweep.errors import ConfigError
     from selfpref_sweep.config.validation import validate_config
+    from selfpref_sweep.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"summaries.preamble_patterns\[0\]='\(unclosed'"):
         validate_config(compose_cfg(["summaries.preamble_patterns=['(unclosed']"]))

@@ -9,11 +9,16 @@ import numpy as np
 import pytest
 
 from selfpref_sweep.cell.scoring import individual_verdict, unjudged_verdict
-from selfpref_sweep.records.scores import pair_verdict
 from selfpref_sweep.config import JudgeConfig, Switch
-from selfpref_sweep.measurements.recognition_classifier.classifier_cell import (NO_VERDICT, RecognitionClassifierMeasurement, classifier_enabled,
-                                                                format_classifier, summarize_classifier)
+from selfpref_sweep.measurements.recognition_classifier.classifier_cell import (
+    NO_VERDICT,
+    RecognitionClassifierMeasurement,
+    classifier_enabled,
+    format_classifier,
+    summarize_classifier,
+)
 from selfpref_sweep.records.schema import Item, OrderReading, SummaryReading
+from selfpref_sweep.records.scores import pair_verdict
 from selfpref_sweep.stats.classifier_metrics import auroc, proportion, reliability
 
 BINS = 10
@@ -116,8 +121,8 @@ def test_format_is_one_line():
 
 def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_cfg, tmp_path):
     from selfpref_sweep.analysis.sweep.load import load_sweeps
-    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.run.runner import run_cell
     from tests.conftest import FAKE_EVALUATOR
 
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=6", "judge.competence=off"])

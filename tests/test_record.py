@@ -9,10 +9,23 @@ from pathlib import Path
 import pytest
 
 from selfpref_sweep.cell.scoring import summarize_question, unjudged
-from selfpref_sweep.records.scores import pair_verdict, question_stats, score_order
 from selfpref_sweep.models.base import AnswerDistribution
-from selfpref_sweep.records.schema import (ERROR_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_PLAN, SUMMARY_FILE, CellPlan,
-                                           CellSummary, Item, OrderReading, QuestionStats, Verdict, read_cell, verdict_of)
+from selfpref_sweep.records.schema import (
+    ERROR_FILE,
+    RESULTS_FILE,
+    STATUS_COMPLETE,
+    STATUS_PLAN,
+    SUMMARY_FILE,
+    CellPlan,
+    CellSummary,
+    Item,
+    OrderReading,
+    QuestionStats,
+    Verdict,
+    read_cell,
+    verdict_of,
+)
+from selfpref_sweep.records.scores import pair_verdict, question_stats, score_order
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GOLDEN_CELLS = sorted(p for p in GOLDEN.iterdir() if (p / SUMMARY_FILE).is_file())

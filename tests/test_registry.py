@@ -7,27 +7,26 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
-from typing import Dict
 
 import pytest
+import tomllib
 
-from selfpref_sweep.run.runner import run_cell
+from selfpref_sweep import measurements, models
 from selfpref_sweep.config.spec import resolve_cell
 from selfpref_sweep.config.validation import validate_config
 from selfpref_sweep.errors import ConfigError
 from selfpref_sweep.finetune import trainer as trainer_module
 from selfpref_sweep.measurements import MEASUREMENTS, registered
 from selfpref_sweep.models import BACKENDS, backend_class
-from selfpref_sweep import measurements, models
+from selfpref_sweep.run.runner import run_cell
 from tests.conftest import FAKE_BACKEND
 
 PLUGIN = Path(__file__).parent / "entry_point_plugin"
 REGISTRIES = {"backends": models.REGISTRY, "trainers": trainer_module.REGISTRY, "measurements": measurements.REGISTRY}
 
 
-def write_dist_info(site: Path, dist: str, groups: Dict[str, Dict[str, str]]) -> None:
+def write_dist_info(site: Path, dist: str, groups: dict[str, dict[str, str]]) -> None:
     """What pip installs for a distribution's entry points: a dist-info directory (METADATA, entry_points.txt),
     which importlib.metadata finds on sys.path."""
     info = site / f"{dist.replace('-', '_')}-0.0.0.dist-info"

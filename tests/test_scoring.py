@@ -5,9 +5,9 @@ import pytest
 from scipy import stats as scipy_stats
 
 from selfpref_sweep.cell.scoring import score_pair, summarize_question
+from selfpref_sweep.models.base import AnswerDistribution
 from selfpref_sweep.records.scores import LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, score_order
 from selfpref_sweep.stats.article_means import article_mean
-from selfpref_sweep.models.base import AnswerDistribution
 
 
 def dist(p1, p2, missing=None):

@@ -32,8 +32,8 @@ from selfpref_sweep.analysis.job.command import _sweep_margins
 from selfpref_sweep.analysis.job.pipeline import run_analysis
 from selfpref_sweep.analysis.report.fit_tables import specificity_table
 from selfpref_sweep.analysis.report.unit_tables import finetune_vs_base_table
-from selfpref_sweep.reporting.grouping import LEVEL_SOURCE
 from selfpref_sweep.config import AnalysisConfig
+from selfpref_sweep.reporting.grouping import LEVEL_SOURCE
 
 from .test_analysis import NO_WANDB, write_cell
 

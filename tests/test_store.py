@@ -1,9 +1,15 @@
 import multiprocessing as mp
 import sqlite3
 
-
-from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, GenerateRequest, GenerationDecoding,
-                                        JudgeDecoding, Message, ModelIdentity)
+from selfpref_sweep.models.base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    GenerationDecoding,
+    JudgeDecoding,
+    Message,
+    ModelIdentity,
+)
 from selfpref_sweep.models.cached import CachedModel
 from selfpref_sweep.store import Store, merge_stores
 from selfpref_sweep.store.commands import main as store_main

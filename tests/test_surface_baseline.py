@@ -12,11 +12,19 @@ import pytest
 
 from selfpref_sweep.cell.pairs import Pair
 from selfpref_sweep.config import JudgeConfig, Switch
-from selfpref_sweep.measurements.surface_baseline.surface_cell import (FEATURES, TOO_FEW, article_folds, baseline_stage, design,
-                                                          format_baseline, run_baseline, summarize_baseline, surface_features)
+from selfpref_sweep.measurements.surface_baseline.surface_cell import (
+    FEATURES,
+    TOO_FEW,
+    article_folds,
+    baseline_stage,
+    design,
+    format_baseline,
+    run_baseline,
+    summarize_baseline,
+    surface_features,
+)
 
-VOCAB = ("the council said on monday that its plan for new homes would go ahead despite local protests and a "
-         "legal challenge from residents who fear traffic noise and the loss of green space near the river").split()
+VOCAB = ["the", "council", "said", "on", "monday", "that", "its", "plan", "for", "new", "homes", "would", "go", "ahead", "despite", "local", "protests", "and", "a", "legal", "challenge", "from", "residents", "who", "fear", "traffic", "noise", "and", "the", "loss", "of", "green", "space", "near", "the", "river"]
 
 
 def _sentence(rng: random.Random, n_words: int) -> str:
@@ -92,8 +100,8 @@ def test_an_empty_summary_is_counted_not_used():
 
 def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_cfg, tmp_path):
     from selfpref_sweep.analysis.sweep.load import load_sweeps
-    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.run.runner import run_cell
     from tests.conftest import FAKE_EVALUATOR
 
     cfg = compose_cfg([*FAKE_EVALUATOR, "dataset.n_articles=6", "judge.competence=off",
@@ -113,11 +121,11 @@ def test_a_fake_judge_cell_records_the_block_and_the_analysis_reads_it(compose_c
 
 
 def test_the_report_shows_both_sections_and_the_reliability_figure(compose_cfg, tmp_path):
+    from selfpref_sweep.analysis.job.pipeline import run_analysis
+    from selfpref_sweep.config.spec import resolve_cell
     from selfpref_sweep.measurements.recognition_classifier.classifier_report import classifier_table
     from selfpref_sweep.measurements.surface_baseline.surface_report import surface_table
-    from selfpref_sweep.analysis.job.pipeline import run_analysis
     from selfpref_sweep.run.runner import run_cell
-    from selfpref_sweep.config.spec import resolve_cell
     from tests.conftest import FAKE_EVALUATOR
 
     for i, setting in enumerate(("pairwise", "individual")):

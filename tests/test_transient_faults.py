@@ -15,8 +15,14 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from selfpref_sweep.models.base import (AnswerDistribution, AnswerRequest, JudgeDecoding, Message, ModelAPI,
-                                        ModelIdentity)
+from selfpref_sweep.models.base import (
+    AnswerDistribution,
+    AnswerRequest,
+    JudgeDecoding,
+    Message,
+    ModelAPI,
+    ModelIdentity,
+)
 from selfpref_sweep.models.cached import CachedModel, is_failure
 from selfpref_sweep.models.openai.openai_api import OpenAIModel
 from selfpref_sweep.store import Store
@@ -267,8 +273,8 @@ def test_a_rerun_after_the_faults_stop_repairs_recorded_failures(stub_server, tm
     records counted no_logprobs exclusions, and re-running it once the faults stop gives the fault-free results."""
     import json
 
-    from selfpref_sweep.run.runner import run_cell
     from selfpref_sweep.config.spec import resolve_cell
+    from selfpref_sweep.run.runner import run_cell
     from tests.fault_proxy import FaultProxy
 
     def overrides(url):

@@ -9,8 +9,8 @@ pytest.importorskip("wandb_workspaces")
 import wandb  # noqa: E402
 import wandb_workspaces.reports.v2 as wr  # noqa: E402
 
-from selfpref_sweep.config import WandbConfig
 from selfpref_sweep.analysis.tracking import wandb_panels as P  # noqa: E402
+from selfpref_sweep.config import WandbConfig
 from selfpref_sweep.tracking import CellTracker, summary_metrics  # noqa: E402
 
 CELLS = [{"evaluator": e, "source": s, "dataset": "paper_xsum", "setting": "pairwise", "label": "none",

@@ -7,8 +7,8 @@ ones the evaluation builds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set
 
 from ..config import ArticlesConfig, ModelConfig, TooLong
 from .dataset_loaders import Article
@@ -23,14 +23,14 @@ PROMPT_OVERHEAD_TOKENS = 400
 class ArticleSelection:
     """The articles a cell judges (cut to fit where allowed), and why each other one is excluded."""
 
-    all: List[Article]  # every selected article, in order (each gets a line in results.jsonl)
-    usable: List[Article]  # the judgeable ones, truncated where needed
-    truncated: Set[str] = field(default_factory=set)
-    excluded: Dict[str, str] = field(default_factory=dict)  # article id -> reason
+    all: list[Article]  # every selected article, in order (each gets a line in results.jsonl)
+    usable: list[Article]  # the judgeable ones, truncated where needed
+    truncated: set[str] = field(default_factory=set)
+    excluded: dict[str, str] = field(default_factory=dict)  # article id -> reason
 
 
-def article_budget(models: Sequence[Optional[ModelConfig]], max_new_tokens: int, rule: ArticlesConfig
-                   ) -> Optional[int]:
+def article_budget(models: Sequence[ModelConfig | None], max_new_tokens: int, rule: ArticlesConfig
+                   ) -> int | None:
     """Most characters of article text a prompt carries: what fits every model's context with room for the
     prompt, two summaries and the summary being generated, and at most `rule.max_tokens`; None when
     neither limits it."""
@@ -43,7 +43,7 @@ def article_budget(models: Sequence[Optional[ModelConfig]], max_new_tokens: int,
     return max(0, int(min(limits) * float(rule.chars_per_token)))
 
 
-def select_articles(articles: Sequence[Article], models: Sequence[Optional[ModelConfig]], max_new_tokens: int,
+def select_articles(articles: Sequence[Article], models: Sequence[ModelConfig | None], max_new_tokens: int,
                     rule: ArticlesConfig) -> ArticleSelection:
     """The stage: exclude empty articles, fit the others to every model's context."""
     budget = article_budget(models, max_new_tokens, rule)
@@ -62,7 +62,7 @@ def select_articles(articles: Sequence[Article], models: Sequence[Optional[Model
     return selection
 
 
-def fit_article(article: Article, budget: Optional[int], policy: TooLong) -> Optional[Article]:
+def fit_article(article: Article, budget: int | None, policy: TooLong) -> Article | None:
     """The article, cut at a word boundary to `budget` characters if it is longer (policy
     truncate), or None (policy refuse)."""
     if budget is None or len(article.text) <= budget:

@@ -12,7 +12,6 @@ import random
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from omegaconf import DictConfig
 
@@ -27,19 +26,19 @@ PAPER_SOURCES = ("human", "gpt4", "gpt35", "claude", "llama")
 class Article:
     id: str
     text: str
-    reference: Optional[str] = None  # the human reference summary, when the dataset has one
+    reference: str | None = None  # the human reference summary, when the dataset has one
 
 
 @dataclass
 class Dataset:
     name: str
     task: str  # "xsum" or "cnn": which summarization prompt fits
-    articles: List[Article]
+    articles: list[Article]
     # Summaries that come with the dataset, by source key (e.g. the paper's "gpt4"): id -> summary.
-    imported: Dict[str, Dict[str, str]] = field(default_factory=dict)
-    n_available: Optional[int] = None  # articles in the dataset before offset and n_articles selected some
+    imported: dict[str, dict[str, str]] = field(default_factory=dict)
+    n_available: int | None = None  # articles in the dataset before offset and n_articles selected some
 
-    def summary(self, key: str, article_id: str) -> Optional[str]:
+    def summary(self, key: str, article_id: str) -> str | None:
         return self.imported.get(key, {}).get(article_id)
 
 
@@ -75,7 +74,7 @@ def _read_json(path: Path, what: str):
                         f"keep the last one).") from None
 
 
-def _texts_by_id(raw, path: Path, what: str) -> Dict[str, Optional[str]]:
+def _texts_by_id(raw, path: Path, what: str) -> dict[str, str | None]:
     """A source file's content as id -> text. It must be a JSON object of id -> string; a null or empty
     text is kept (the cell counts it as an exclusion), any other value is an error naming the id."""
     if not isinstance(raw, dict):
@@ -88,7 +87,7 @@ def _texts_by_id(raw, path: Path, what: str) -> Dict[str, Optional[str]]:
     return raw
 
 
-def read_summaries_file(path: Path, what: str) -> Dict[str, Optional[str]]:
+def read_summaries_file(path: Path, what: str) -> dict[str, str | None]:
     """A JSON object {id: text} from a file (articles or summaries), every value checked."""
     return _texts_by_id(_read_json(path, what), path, what)
 
@@ -102,7 +101,7 @@ def _json_type(value) -> str:
             type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def selection_warnings(cfg: DictConfig, dataset: Dataset) -> List[str]:
+def selection_warnings(cfg: DictConfig, dataset: Dataset) -> list[str]:
     """What a user should hear about the selection's size: fewer articles than dataset.n_articles asked for
     (a small dataset, or an offset that leaves fewer). Empty when the selection is what was asked."""
     n = getattr(cfg, "n_articles", None)
@@ -115,7 +114,7 @@ def selection_warnings(cfg: DictConfig, dataset: Dataset) -> List[str]:
             f"judging {len(dataset.articles)}."]
 
 
-def _select(articles: List[Article], cfg: DictConfig) -> List[Article]:
+def _select(articles: list[Article], cfg: DictConfig) -> list[Article]:
     ids = [a.id for a in articles]
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})[:5]

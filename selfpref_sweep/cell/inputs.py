@@ -8,8 +8,9 @@ out of the evaluation, truncation, standardized summaries, pairs and their label
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any
 
 from ..config.spec import CellSpec
 from ..errors import DataError
@@ -31,14 +32,14 @@ class CellInputs:
     own: SummarySet
     other: SummarySet
     pairs: PairSet
-    warnings: List[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     n_training_articles_dropped: int = 0
     # Loads a further model a measurement scores with (model config, role) -> handle: the cell's CellModels
     # (cached in the call store, pooled, closed with the cell), plan mode's counting stand-in. None: no loader.
-    load_model: Optional[Callable[[Any, str], Any]] = None
+    load_model: Callable[[Any, str], Any] | None = None
 
 
-def load_articles(spec: CellSpec) -> Tuple[Dataset, List[str]]:
+def load_articles(spec: CellSpec) -> tuple[Dataset, list[str]]:
     """The evaluation dataset, and warnings about its size and own summaries (said, never silent). An empty
     selection is an error here, before anything is trained or generated."""
     dataset = load_dataset(spec.dataset)
@@ -52,7 +53,7 @@ def load_articles(spec: CellSpec) -> Tuple[Dataset, List[str]]:
 
 
 def prepare_inputs(spec: CellSpec, dataset: Dataset, warnings: Sequence[str], evaluator, source,
-                   training_article_ids: Sequence[str] = (), after_own: Optional[Callable[[], None]] = None
+                   training_article_ids: Sequence[str] = (), after_own: Callable[[], None] | None = None
                    ) -> CellInputs:
     """Stages 1-3: the usable articles (minus any the evaluator was fine-tuned on), the evaluator's own
     summaries and the other source's, and the labelled pairs. `evaluator` writes the own summaries and
@@ -75,7 +76,7 @@ def prepare_inputs(spec: CellSpec, dataset: Dataset, warnings: Sequence[str], ev
 
 
 def without_training_articles(articles: Sequence[Article], training_article_ids: Sequence[str]
-                              ) -> Tuple[List[Article], int]:
+                              ) -> tuple[list[Article], int]:
     """The evaluation articles minus any the evaluator was trained on, by id (a guard for datasets whose order
     or selection differs, e.g. a shuffled copy; offsets did the rest): (kept, number dropped)."""
     training = set(training_article_ids)

@@ -7,8 +7,8 @@ the inverse-causation check build their requests here too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import SettingName
 from ..errors import ConfigError
@@ -26,11 +26,11 @@ class ItemRequests:
 
     article_id: str
     by_question: Mapping[str, Mapping[str, AnswerRequest]]
-    labels: Optional[Tuple[str, str]] = None  # (own tag, other tag) of the labelled preference prompt
+    labels: tuple[str, str] | None = None  # (own tag, other tag) of the labelled preference prompt
 
 
 def order_messages(prompts: Mapping, question: str, pair: Pair, own_first: bool,
-                   labels: Optional[Tuple[str, str]] = None):
+                   labels: tuple[str, str] | None = None):
     """The pairwise prompt with the pair in one order; the fine-tuning examples use it too."""
     s1, s2 = (pair.own, pair.other) if own_first else (pair.other, pair.own)
     if labels is None or question != "preference":
@@ -41,7 +41,7 @@ def order_messages(prompts: Mapping, question: str, pair: Pair, own_first: bool,
 
 
 def pairwise_requests(model, prompts: Mapping, question: str, pair: Pair,
-                      labels: Optional[Tuple[str, str]] = None) -> Dict[str, AnswerRequest]:
+                      labels: tuple[str, str] | None = None) -> dict[str, AnswerRequest]:
     decoding = model.judge_decoding(prompts["pairwise_answers"])
     return {FORWARD: AnswerRequest(model.identity, order_messages(prompts, question, pair, True, labels), decoding),
             BACKWARD: AnswerRequest(model.identity, order_messages(prompts, question, pair, False, labels), decoding)}
@@ -63,7 +63,7 @@ def individual_request(model, prompts: Mapping, question: str, article: str, sum
 
 
 def judge_requests(model, prompts: Mapping, setting: SettingName, questions: Sequence[str], pairs: Sequence[Pair],
-                   labels: Optional[Mapping[str, Tuple[str, str]]] = None) -> List[ItemRequests]:
+                   labels: Mapping[str, tuple[str, str]] | None = None) -> list[ItemRequests]:
     """Stage 4: every judge request of a set of pairs. `model` is the judge (a CachedModel or plan mode's
     stand-in): its identity and decoding settings go into each request."""
     labels = labels or {}
@@ -78,11 +78,11 @@ def judge_requests(model, prompts: Mapping, setting: SettingName, questions: Seq
     return items
 
 
-def flatten(items: Sequence[ItemRequests]) -> List[AnswerRequest]:
+def flatten(items: Sequence[ItemRequests]) -> list[AnswerRequest]:
     return [r for item in items for by_slot in item.by_question.values() for r in by_slot.values()]
 
 
 def answer_distributions(model, items: Sequence[ItemRequests], desc: str = "judging"
-                         ) -> Dict[AnswerRequest, AnswerDistribution]:
+                         ) -> dict[AnswerRequest, AnswerDistribution]:
     """Stage 5: the judge's answer distribution for every request, in one batch (cached calls are free)."""
     return model.answer_distributions(flatten(items), desc=desc)

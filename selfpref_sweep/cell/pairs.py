@@ -4,8 +4,8 @@ label experiment. Articles without a usable pair keep the reason (counted, never
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import LabelName
 from .dataset_loaders import Article
@@ -22,14 +22,14 @@ class Pair:
 
 @dataclass
 class PairSet:
-    pairs: List[Pair]
-    excluded: Dict[str, str] = field(default_factory=dict)  # article id -> why it has no pair
+    pairs: list[Pair]
+    excluded: dict[str, str] = field(default_factory=dict)  # article id -> why it has no pair
     # article id -> (label on the own summary, label on the other summary); empty without labels
-    labels: Dict[str, Tuple[str, str]] = field(default_factory=dict)
+    labels: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def make_pairs(articles: Sequence[Article], own: SummarySet, other: SummarySet,
-               excluded: Optional[Mapping[str, str]] = None) -> PairSet:
+               excluded: Mapping[str, str] | None = None) -> PairSet:
     """Pairs of the usable articles; an article already excluded (`excluded`) or missing a summary gets a
     reason such as "missing_summary:<source>" instead."""
     reasons = dict(excluded or {})
@@ -45,13 +45,13 @@ def make_pairs(articles: Sequence[Article], own: SummarySet, other: SummarySet,
     return PairSet(pairs, reasons)
 
 
-def _problem(summaries: SummarySet, article_id: str) -> Optional[str]:
+def _problem(summaries: SummarySet, article_id: str) -> str | None:
     why = summaries.problems.get(article_id)
     return f"{why}:{summaries.source}" if why else None
 
 
 def assign_labels(mode: LabelName, pairs: Sequence[Pair], own_name: str, other_name: str, seed: int
-                  ) -> Dict[str, Tuple[str, str]]:
+                  ) -> dict[str, tuple[str, str]]:
     """article id -> (label on the own summary, label on the other summary).
 
     correct: the true sources; wrong: swapped; random: the pair of tags shuffled per item with a

@@ -13,8 +13,9 @@ that share one train it once). Nothing here loads a model or reaches a network.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any
 
 from ..config import ModelConfig
 
@@ -28,11 +29,11 @@ class PreflightWarning:
     model: str
     message: str
 
-    def to_json(self) -> Dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         return asdict(self)
 
 
-def model_warnings(model: ModelConfig, model_cache: str) -> List[PreflightWarning]:
+def model_warnings(model: ModelConfig, model_cache: str) -> list[PreflightWarning]:
     """What the model's backend says would make its calls fail (its contract's preflight_problems: an unset
     API key for a server that needs one, weights not on this machine, ...)."""
     from ..models import backend_class
@@ -41,22 +42,22 @@ def model_warnings(model: ModelConfig, model_cache: str) -> List[PreflightWarnin
             for kind, message in backend_class(model.backend).preflight_problems(model, model_cache)]
 
 
-def _of_kind(model: ModelConfig, model_cache: str, kind: str) -> Optional[PreflightWarning]:
+def _of_kind(model: ModelConfig, model_cache: str, kind: str) -> PreflightWarning | None:
     return next((w for w in model_warnings(model, model_cache) if w.kind == kind), None)
 
 
-def missing_api_key(model: ModelConfig) -> Optional[PreflightWarning]:
+def missing_api_key(model: ModelConfig) -> PreflightWarning | None:
     """An API model whose key variable is unset, where the server needs one (anything off loopback)."""
     return _of_kind(model, "", "api_key")
 
 
-def unavailable_weights(model: ModelConfig, model_cache: str) -> Optional[PreflightWarning]:
+def unavailable_weights(model: ModelConfig, model_cache: str) -> PreflightWarning | None:
     """A local model whose weights are not on this machine."""
     return _of_kind(model, model_cache, "weights")
 
 
-def finetune_warnings(base: ModelConfig, plan: Optional[Dict[str, Any]], n_epochs: Optional[int],
-                      tokens_per_example: Optional[float]) -> List[PreflightWarning]:
+def finetune_warnings(base: ModelConfig, plan: dict[str, Any] | None, n_epochs: int | None,
+                      tokens_per_example: float | None) -> list[PreflightWarning]:
     """Warnings about the cell's fine-tune (from finetune_plan), and its estimated cost in `plan`.
 
     The cost (OpenAI only; local LoRA costs no money) is n_examples x tokens per example x epochs x the
@@ -91,11 +92,11 @@ def finetune_warnings(base: ModelConfig, plan: Optional[Dict[str, Any]], n_epoch
     return out
 
 
-def cell_preflight(models: Iterable[ModelConfig], model_cache: str, finetune_plan: Optional[Dict[str, Any]],
-                   finetune_base: ModelConfig, n_epochs: Optional[int],
-                   tokens_per_example: Optional[float]) -> List[PreflightWarning]:
+def cell_preflight(models: Iterable[ModelConfig], model_cache: str, finetune_plan: dict[str, Any] | None,
+                   finetune_base: ModelConfig, n_epochs: int | None,
+                   tokens_per_example: float | None) -> list[PreflightWarning]:
     """Every pre-flight warning of one cell, for the models it would load or call."""
-    out: List[PreflightWarning] = []
+    out: list[PreflightWarning] = []
     seen = set()
     for model in models:
         if model is None or model.name in seen:
@@ -105,10 +106,10 @@ def cell_preflight(models: Iterable[ModelConfig], model_cache: str, finetune_pla
     return out + finetune_warnings(finetune_base, finetune_plan, n_epochs, tokens_per_example)
 
 
-def grid_preflight(plans: Sequence[Dict[str, Any]]) -> List[str]:
+def grid_preflight(plans: Sequence[dict[str, Any]]) -> list[str]:
     """The grid's pre-flight total: warnings counted by kind (with the models they name), and the fine-tuning
     cost summed over distinct fine-tunes."""
-    by_kind: Dict[str, List[str]] = {}
+    by_kind: dict[str, list[str]] = {}
     for plan in plans:
         for w in plan.get("preflight") or []:
             by_kind.setdefault(w["kind"], []).append(w["model"])
@@ -126,13 +127,13 @@ def grid_preflight(plans: Sequence[Dict[str, Any]]) -> List[str]:
     return lines
 
 
-def finetune_cost(plans: Sequence[Dict[str, Any]]) -> Optional[float]:
+def finetune_cost(plans: Sequence[dict[str, Any]]) -> float | None:
     """The OpenAI fine-tuning cost of a grid, each distinct fine-tune once; None if any is unknown."""
     costs = [f.get("cost_usd_est") for f in _paid_finetunes(plans).values()]
     return None if any(c is None for c in costs) else float(sum(costs))
 
 
-def _paid_finetunes(plans: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def _paid_finetunes(plans: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The grid's OpenAI fine-tunes still to train, by fingerprint (cells sharing one pay for it once)."""
     return {p["finetune"]["fingerprint"]: p["finetune"] for p in plans
             if p.get("finetune") and p["finetune"].get("trainer") == "openai" and p["finetune"].get("status") != "ready"}

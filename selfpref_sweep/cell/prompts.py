@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import FrozenSet, List, Mapping, Set, Tuple
 
 from ..errors import ConfigError
 from ..models.base import Message
@@ -28,18 +28,18 @@ def fill(template: str, **values: str) -> str:
     return _SLOT.sub(sub, template)
 
 
-def chat(prompt: Mapping, **values: str) -> Tuple[Message, ...]:
+def chat(prompt: Mapping, **values: str) -> tuple[Message, ...]:
     return (Message("system", fill(prompt["system"], **values)), Message("user", fill(prompt["user"], **values)))
 
 
-def summarize_messages(prompts: Mapping, task: str, article: str) -> Tuple[Message, ...]:
+def summarize_messages(prompts: Mapping, task: str, article: str) -> tuple[Message, ...]:
     if task not in prompts["summarize"]:
         raise ConfigError(f"No summarization prompt for task {task!r}; prompts has: {sorted(prompts['summarize'])}.")
     return chat(prompts["summarize"][task], article=article)
 
 
 def pairwise_messages(prompts: Mapping, question: str, article: str, summary1: str, summary2: str
-                      ) -> Tuple[Message, ...]:
+                      ) -> tuple[Message, ...]:
     if question not in prompts["pairwise"]:
         raise ConfigError(f"No pairwise prompt for question {question!r}; prompts has: {sorted(prompts['pairwise'])}.")
     return chat(prompts["pairwise"][question], article=article, summary1=summary1, summary2=summary2)
@@ -59,12 +59,12 @@ class Standardizer:
     bullets/numbering, then the replication notebook's rules line by line (CNN highlights are one per line):
     collapse whitespace, capitalize the first letter, end with punctuation."""
 
-    preamble_patterns: Tuple[str, ...] = ()  # regexes; matched case-insensitively at a leading line's start
+    preamble_patterns: tuple[str, ...] = ()  # regexes; matched case-insensitively at a leading line's start
     strip_bullets: bool = False
 
-    def clean(self, summary: str) -> Tuple[str, FrozenSet[str]]:
+    def clean(self, summary: str) -> tuple[str, frozenset[str]]:
         """The standardized text, and the strip rules that removed something from it."""
-        applied: Set[str] = set()
+        applied: set[str] = set()
         lines = [re.sub(r"\s+", " ", line).strip() for line in summary.splitlines()]
         lines = self._without_preambles([line for line in lines if line], applied)
         out = []
@@ -80,7 +80,7 @@ class Standardizer:
             out.append(line)
         return "\n".join(out), frozenset(applied)
 
-    def _without_preambles(self, lines: List[str], applied: Set[str]) -> List[str]:
+    def _without_preambles(self, lines: list[str], applied: set[str]) -> list[str]:
         """Leading lines with their preambles cut off; a line that was only a preamble goes."""
         patterns = _compiled(self.preamble_patterns)
         while lines and patterns:
@@ -94,7 +94,7 @@ class Standardizer:
         return lines
 
 
-def _strip_preambles(line: str, patterns: Tuple["re.Pattern", ...]) -> str:
+def _strip_preambles(line: str, patterns: tuple[re.Pattern, ...]) -> str:
     """The line without the preambles at its start ("Sure! Here is a summary:" is two of them)."""
     while True:
         match = next((m for m in (p.match(line) for p in patterns) if m and m.end() > 0), None)
@@ -103,7 +103,7 @@ def _strip_preambles(line: str, patterns: Tuple["re.Pattern", ...]) -> str:
         line = line[match.end():].strip()
 
 
-def _strip(line: str, pattern: "re.Pattern", rule: str, applied: Set[str]) -> str:
+def _strip(line: str, pattern: re.Pattern, rule: str, applied: set[str]) -> str:
     match = pattern.match(line)
     if not match:
         return line
@@ -112,7 +112,7 @@ def _strip(line: str, pattern: "re.Pattern", rule: str, applied: Set[str]) -> st
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(patterns: Tuple[str, ...]) -> Tuple["re.Pattern", ...]:
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
     # Markdown emphasis or a heading mark around a preamble ("**Summary:**", "## Highlights:") goes with it.
     return tuple(re.compile(rf"[#*_\s]*(?:{p})[*_]*\s*", re.IGNORECASE) for p in patterns)
 

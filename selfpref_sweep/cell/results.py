@@ -6,7 +6,8 @@ and statistics are read by records/scores.py's rules (summary_record, question_s
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from ..measurements import Measurement, Stage, registered
 from ..records.schema import LOGODDS, QUESTIONS, CellSummary, Item, Verdict
@@ -15,11 +16,11 @@ from .inputs import CellInputs
 from .scoring import unjudged_verdict
 from .summaries import own_origin
 
-Measured = Sequence[Tuple[Measurement, Stage]]
+Measured = Sequence[tuple[Measurement, Stage]]
 
 
-def item_records(inputs: CellInputs, verdicts: Sequence[Dict[str, Verdict]], measured: Measured = ()
-                 ) -> List[Item]:
+def item_records(inputs: CellInputs, verdicts: Sequence[dict[str, Verdict]], measured: Measured = ()
+                 ) -> list[Item]:
     """Every selected article, judged or with the reason it could not be (never dropped), and each
     measurement's record of it (left out, or null, where the measurement has none: its `omit_missing`)."""
     spec, pairs = inputs.spec, inputs.pairs
@@ -42,7 +43,7 @@ def cell_summary(inputs: CellInputs, items: Sequence[Item], measured: Measured =
     measurement's block; where the own summaries came from; what standardization stripped, per source."""
     spec = inputs.spec
     shown = [inputs.own, inputs.other, *(s for m, stage in measured for s in m.shown_summaries(stage))]
-    extra: Dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     for m, stage in measured:
         extra[m.summary_key] = (m.summarize_items(stage, inputs, items) if stage.enabled
                                 else {"enabled": False, "reason": stage.reason})
@@ -54,10 +55,10 @@ def cell_summary(inputs: CellInputs, items: Sequence[Item], measured: Measured =
         standardization={s.source: dict(s.stripped) for s in shown}, warnings=list(inputs.warnings), extra=extra)
 
 
-def table_row(item: Item | Dict[str, Any], questions: Sequence[str]) -> Dict[str, Any]:
+def table_row(item: Item | dict[str, Any], questions: Sequence[str]) -> dict[str, Any]:
     """An item (or its results.jsonl line) as one flat row of the W&B item table."""
     item = item if isinstance(item, Item) else Item.from_json(item, questions)
-    row: Dict[str, Any] = {"article_id": item.article_id, "source": item.source}
+    row: dict[str, Any] = {"article_id": item.article_id, "source": item.source}
     for m in registered():
         row.update(m.table_columns(item.measured.get(m.item_key)))
     for q in questions:
@@ -79,14 +80,14 @@ def table_row(item: Item | Dict[str, Any], questions: Sequence[str]) -> Dict[str
     return row
 
 
-def _fmt(stats: Dict[str, Any]) -> str:
+def _fmt(stats: dict[str, Any]) -> str:
     if stats.get("mean") is None:
         return "n/a (no scored items)"
     ci = "" if stats.get("ci_low") is None else f"  95% CI [{stats['ci_low']:.3f}, {stats['ci_high']:.3f}]"
     return f"{stats['mean']:.3f}{ci}"
 
 
-def _fmt_detectable(mde: Dict[str, Any], logodds_mde: Optional[Dict[str, Any]]) -> str:
+def _fmt_detectable(mde: dict[str, Any], logodds_mde: dict[str, Any] | None) -> str:
     """'with n=14 articles, effects smaller than ±0.04 could not be seen (...)'."""
     k = mde["n_articles"]
     articles = f"n={k} article{'' if k == 1 else 's'}"
@@ -98,7 +99,7 @@ def _fmt_detectable(mde: Dict[str, Any], logodds_mde: Optional[Dict[str, Any]]) 
             f"({mde['power']:.0%} power, α={mde['alpha']:g})")
 
 
-def _question_lines(q: str, stats: Dict[str, Any], pc: Optional[float], verbose: bool) -> List[str]:
+def _question_lines(q: str, stats: dict[str, Any], pc: float | None, verbose: bool) -> list[str]:
     """A question's printed lines: its score, CI and counts; with `verbose` also its log-odds score and the smallest
     effect it could have detected. Bounded readings are always said (they qualify the score)."""
     lines = [f"  self-{q:<12} score    {_fmt(stats)}"
@@ -115,7 +116,7 @@ def _question_lines(q: str, stats: Dict[str, Any], pc: Optional[float], verbose:
     return lines
 
 
-def _notes(summary: Dict[str, Any], verbose: bool) -> List[str]:
+def _notes(summary: dict[str, Any], verbose: bool) -> list[str]:
     """Where the own summaries came from, what standardization stripped (verbose), warnings and exclusions."""
     lines = []
     origin = summary.get("own_summaries") or {}
@@ -131,7 +132,7 @@ def _notes(summary: Dict[str, Any], verbose: bool) -> List[str]:
     return lines
 
 
-def format_result(summary: Dict[str, Any], where: str, verbose: bool = False) -> str:
+def format_result(summary: dict[str, Any], where: str, verbose: bool = False) -> str:
     """The cell's result as printed at its end: per question the paper's score with its CI; with `verbose`, also
     the log-odds score and the smallest effect the cell could have detected, and every measurement's line (by
     default only the judge-competence control's, and the names of the others)."""

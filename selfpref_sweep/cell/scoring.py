@@ -9,15 +9,21 @@ shared with the importers and the planted-bias simulator; this module applies th
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ..config import SettingName
 from ..models.base import AnswerDistribution, AnswerRequest
 from ..records.schema import OrderReading, SummaryReading, Verdict
-from ..records.scores import (LOGODDS_CLIP, LOW_ANSWER_MASS, NO_ANSWER_PROBABILITY, pair_verdict, question_stats,
-                              score_order)
+from ..records.scores import (
+    LOGODDS_CLIP,
+    LOW_ANSWER_MASS,
+    NO_ANSWER_PROBABILITY,
+    pair_verdict,
+    question_stats,
+    score_order,
+)
 from .judging import BACKWARD, FORWARD, OTHER, OWN, ItemRequests
-
 
 # The reading of one order is a record type (record.OrderReading); the old name stays for callers.
 OrderScore = OrderReading
@@ -29,7 +35,7 @@ def score_pair(forward: OrderReading, backward: OrderReading, min_mass: float) -
 
 
 def summarize_question(items: Iterable[Any], question: str, n_resamples: int, confidence: float,
-                       seed: int) -> Dict:
+                       seed: int) -> dict:
     """question_stats in its record form. ``n_resamples`` and ``seed`` no longer change the CIs (t intervals
     over articles) and are kept for the callers' signature."""
     return question_stats(items, question, confidence).to_json()
@@ -63,7 +69,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> Dict:
+def individual_value(dist: AnswerDistribution, question: str, answers: Sequence[str]) -> dict:
     """individual_reading in its record form."""
     return individual_reading(dist, question, answers).to_json()
 
@@ -111,7 +117,7 @@ def score_individual(own: Any, other: Any, min_mass: float) -> dict:
 
 # ------------------------------------------------------------------------------------ the stage
 def item_verdicts(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
-                  setting: SettingName, min_mass: float) -> List[Dict[str, Verdict]]:
+                  setting: SettingName, min_mass: float) -> list[dict[str, Verdict]]:
     """One verdict per item and question (see pair_verdict / individual_verdict)."""
     out = []
     for item in items:
@@ -131,7 +137,7 @@ def item_verdicts(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, A
 
 
 def score_items(items: Sequence[ItemRequests], dists: Mapping[AnswerRequest, AnswerDistribution],
-                setting: SettingName, min_mass: float) -> List[Dict[str, dict]]:
+                setting: SettingName, min_mass: float) -> list[dict[str, dict]]:
     """item_verdicts in their record form (what a measurement's own records hold)."""
     return [{q: v.to_json() for q, v in verdicts.items()}
             for verdicts in item_verdicts(items, dists, setting, min_mass)]

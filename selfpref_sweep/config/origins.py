@@ -7,7 +7,7 @@ the cell's stages (cell/summaries.py, cell/results.py) read them from here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any
 
 from . import ModelConfig
 
@@ -18,7 +18,7 @@ OWN_GENERATED, OWN_DATASET, OWN_PATH = "generated", "dataset", "path"  # summary
 PAPER_SOURCE_PREFIX = "paper_"  # source=paper_<key> are the dataset's imported summaries <key>
 
 
-def paper_key_of(model_cfg: Any) -> Optional[str]:
+def paper_key_of(model_cfg: Any) -> str | None:
     """The key of the paper's summaries a model wrote (its `paper_key`, else by its name), or None."""
     return getattr(model_cfg, "paper_key", None) or PAPER_KEY_BY_MODEL_NAME.get(str(model_cfg.name))
 
@@ -29,9 +29,9 @@ class OwnOrigin:
 
     kind: str  # generated | dataset | path
     name: str  # the evaluator's name, the dataset source (paper_gpt35, human) or the path as given
-    key: Optional[str] = None  # kind=dataset: the dataset's summary key (gpt35, human)
+    key: str | None = None  # kind=dataset: the dataset's summary key (gpt35, human)
 
-    def to_json(self) -> Dict[str, str]:
+    def to_json(self) -> dict[str, str]:
         return {"kind": self.kind, "name": self.name}
 
 

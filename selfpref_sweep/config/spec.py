@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
@@ -20,9 +21,25 @@ from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 from ..errors import ConfigError
 from ..models.local.precision import AUTO, resolve_dtype
 from ..records.schema import CellCoordinates, Transfer, transfer_of
-from . import (ArticlesConfig, BootstrapConfig, Config, DatasetConfig, DatasetKind, FinetuneTaskConfig,
-               FinetuneTaskName, JudgeConfig, LabelName, ModelConfig, SettingName, SourceConfig, SourceKind,
-               PREFERENCE_PROMPT_TASKS, RECOGNITION_PROMPT_TASKS, SummariesConfig, WandbConfig)
+from . import (
+    PREFERENCE_PROMPT_TASKS,
+    RECOGNITION_PROMPT_TASKS,
+    ArticlesConfig,
+    BootstrapConfig,
+    Config,
+    DatasetConfig,
+    DatasetKind,
+    FinetuneTaskConfig,
+    FinetuneTaskName,
+    JudgeConfig,
+    LabelName,
+    ModelConfig,
+    SettingName,
+    SourceConfig,
+    SourceKind,
+    SummariesConfig,
+    WandbConfig,
+)
 from .origins import OWN_DATASET, OWN_GENERATED, own_origin, paper_key_of
 
 
@@ -53,11 +70,11 @@ class CellSpec:
     source: SourceConfig
     dataset: DatasetConfig  # the evaluation dataset (offset past the training articles when in-domain)
     setting: SettingName
-    questions: Tuple[str, ...]
+    questions: tuple[str, ...]
     label: LabelName
     own_display_name: str  # what the label experiment calls the evaluator / the source
     other_display_name: str
-    finetune: Optional[FinetuneSpec]
+    finetune: FinetuneSpec | None
     prompts: Mapping[str, Any]
     summaries: SummariesConfig
     judge: JudgeConfig
@@ -72,10 +89,10 @@ class CellSpec:
     plan: bool
     config: Mapping[str, Any]  # the whole resolved config, plain data (logged to W&B after redaction)
     verbose: bool = False  # print every line of the cell's result
-    same_model_reason: Optional[str] = None  # in a sweep: why the source is the evaluator's own (then skipped)
+    same_model_reason: str | None = None  # in a sweep: why the source is the evaluator's own (then skipped)
 
     @property
-    def source_model(self) -> Optional[ModelConfig]:
+    def source_model(self) -> ModelConfig | None:
         return self.source.model if self.source.kind == SourceKind.model else None
 
     @property
@@ -91,7 +108,7 @@ class CellSpec:
         return f"{self.evaluator.name}+ft_{ft.task.value}_n{ft.n_articles}_{ft.dataset.name}"
 
     @property
-    def skip_reason(self) -> Optional[str]:
+    def skip_reason(self) -> str | None:
         """Why this grid point is not a cell of the design, if it is not."""
         if self.label != LabelName.none and self.setting != SettingName.pairwise:
             return (f"label={self.label.value} tags the two summaries of the pairwise preference prompt; "
@@ -132,7 +149,7 @@ def resolve_cell(cfg: DictConfig, sweeping: bool = False) -> CellSpec:
         config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True), same_model_reason=own_other)
 
 
-def own_is_other(evaluator: ModelConfig, source: SourceConfig) -> Optional[str]:
+def own_is_other(evaluator: ModelConfig, source: SourceConfig) -> str | None:
     """Why a cell's "other" summaries are the evaluator's own, if they are: the source is the evaluator's model
     (the paper's summaries it wrote, or the same API model, Hugging Face id or weights), or the very summaries
     `evaluator.own_summaries` takes. None for a valid pairing."""
@@ -165,7 +182,7 @@ def _own_summaries_need_no_finetune(evaluator: ModelConfig, finetune_task: Finet
                           f"of them.")
 
 
-def same_model_field(a: ModelConfig, b: ModelConfig) -> Optional[str]:
+def same_model_field(a: ModelConfig, b: ModelConfig) -> str | None:
     """What makes two model configs the same model, if anything: the same API model on the same server, the
     same Hugging Face id or the same packaged weights (under whatever names)."""
     if a.backend != b.backend:
@@ -199,7 +216,7 @@ def _typed(cfg: DictConfig) -> Config:
     return typed
 
 
-def reference_model_config(value: Any) -> Optional[ModelConfig]:
+def reference_model_config(value: Any) -> ModelConfig | None:
     """judge.familiarity_reference as a typed model config (the schema keeps it an open block, so a model
     config composes into it: `+model@judge.familiarity_reference=smollm135`); None when unset."""
     if value is None or isinstance(value, ModelConfig):
@@ -214,7 +231,7 @@ def reference_model_config(value: Any) -> Optional[ModelConfig]:
                           f"+model@judge.familiarity_reference=smollm135.") from None
 
 
-def _finetune_spec(c: Config) -> Optional[FinetuneSpec]:
+def _finetune_spec(c: Config) -> FinetuneSpec | None:
     task = c.finetune_task
     if task.name == FinetuneTaskName.none:
         return None
@@ -234,7 +251,7 @@ def _finetune_spec(c: Config) -> Optional[FinetuneSpec]:
     return FinetuneSpec(task=task.name, settings=task, dataset=dataset, question=question, cache_root=cache_root)
 
 
-def dataset_identity(d: DatasetConfig) -> Dict[str, Any]:
+def dataset_identity(d: DatasetConfig) -> dict[str, Any]:
     """What selects a dataset's articles and summaries, independent of where its files live."""
     keys = {DatasetKind.demo: (), DatasetKind.paper: ("paper_name",),
             DatasetKind.hf: ("hf_path", "hf_name", "split", "id_field", "text_field", "summary_field")}[d.kind]
@@ -250,7 +267,7 @@ def same_articles(a: DatasetConfig, b: DatasetConfig) -> bool:
     return ia == ib
 
 
-def _evaluation_dataset(dataset: DatasetConfig, finetune: Optional[FinetuneSpec]) -> DatasetConfig:
+def _evaluation_dataset(dataset: DatasetConfig, finetune: FinetuneSpec | None) -> DatasetConfig:
     """The cell's dataset, starting after the training articles when it draws from the same article list
     as the fine-tune dataset (the paper's keys[N:] filter); unchanged otherwise."""
     if finetune is None or not same_articles(finetune.dataset, dataset):

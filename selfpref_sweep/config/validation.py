@@ -20,20 +20,22 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import types
 import typing
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ..errors import ConfigError
 from ..measurements import MEASUREMENT_SETTINGS, registered, settings_class
-from . import Config, JudgeConfig, enum_value
 from ..schema_fields import choices_of, range_of
+from . import Config, JudgeConfig, enum_value
+
 
 def validate_config(cfg: DictConfig) -> None:
     """Raise ConfigError naming every out-of-range value and unknown key (with the valid range or keys)."""
-    problems: List[str] = []
+    problems: list[str] = []
     _check_node(cfg, Config, "", problems)
     problems += _cross_checks(cfg)
     if problems:
@@ -42,21 +44,25 @@ def validate_config(cfg: DictConfig) -> None:
 
 
 # --------------------------------------------------------------------------------------- the walk
+# `Optional[X]` and `X | None` (PEP 604, what the schema's annotations use): two origins for the same union.
+_UNIONS = (typing.Union, types.UnionType)
+
+
 def _unwrap_optional(tp: Any) -> Any:
-    if typing.get_origin(tp) is typing.Union:
+    if typing.get_origin(tp) in _UNIONS:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
             return args[0]
     return tp
 
 
-def schema_fields(schema: type) -> Dict[str, Any]:
+def schema_fields(schema: type) -> dict[str, Any]:
     """field name -> resolved type of a schema dataclass."""
     hints = typing.get_type_hints(schema)
     return {f.name: hints[f.name] for f in dataclasses.fields(schema)}
 
 
-def _value(node: DictConfig, key: str) -> Tuple[bool, Any]:
+def _value(node: DictConfig, key: str) -> tuple[bool, Any]:
     """(readable, value): values that are `???` or an unresolvable interpolation are left to the code that
     needs them, which names what to set."""
     if OmegaConf.is_missing(node, key):
@@ -67,7 +73,7 @@ def _value(node: DictConfig, key: str) -> Tuple[bool, Any]:
         return False, None
 
 
-def _check_node(node: Any, schema: type, path: str, problems: List[str]) -> None:
+def _check_node(node: Any, schema: type, path: str, problems: list[str]) -> None:
     if not isinstance(node, DictConfig):
         return
     fields = schema_fields(schema)
@@ -91,7 +97,7 @@ def _check_node(node: Any, schema: type, path: str, problems: List[str]) -> None
             _check_node(value, tp, f"{full}.", problems)
         elif schema is JudgeConfig and name == "measurements":
             _check_plugin_settings(value, f"{full}.", problems)
-        elif typing.get_origin(tp) in (dict, Dict):
+        elif typing.get_origin(tp) is dict:
             inner = _unwrap_optional(typing.get_args(tp)[1])
             if dataclasses.is_dataclass(inner) and isinstance(value, DictConfig):
                 for k in value.keys():
@@ -109,7 +115,7 @@ def _check_node(node: Any, schema: type, path: str, problems: List[str]) -> None
                 problems.append(f"{full}={value!r} is not valid: it must be one of {', '.join(valid)}.")
 
 
-def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
+def _check_plugin_settings(blocks: Any, path: str, problems: list[str]) -> None:
     """judge.measurements.<name>: a registered measurement's settings, checked against its settings dataclass."""
     if not isinstance(blocks, DictConfig):
         return
@@ -136,13 +142,13 @@ def _check_plugin_settings(blocks: Any, path: str, problems: List[str]) -> None:
 
 def _is_optional(schema: type, name: str) -> bool:
     tp = schema_fields(schema)[name]
-    return typing.get_origin(tp) is typing.Union and type(None) in typing.get_args(tp)
+    return typing.get_origin(tp) in _UNIONS and type(None) in typing.get_args(tp)
 
 
 # --------------------------------------------------------------------------------- across fields
-def _cross_checks(cfg: DictConfig) -> List[str]:
+def _cross_checks(cfg: DictConfig) -> list[str]:
     """Values valid alone but not together with the prompts they pick."""
-    problems: List[str] = []
+    problems: list[str] = []
     try:
         prompts = cfg.prompts
         setting = str(enum_value(cfg.setting.name))
@@ -175,7 +181,7 @@ def _cross_checks(cfg: DictConfig) -> List[str]:
     return problems
 
 
-def _bad_patterns(cfg: DictConfig) -> List[str]:
+def _bad_patterns(cfg: DictConfig) -> list[str]:
     """summaries.preamble_patterns that are not regular expressions."""
     ok, patterns = _value(cfg.summaries, "preamble_patterns") if "summaries" in cfg else (False, None)
     problems = []
@@ -188,9 +194,9 @@ def _bad_patterns(cfg: DictConfig) -> List[str]:
     return problems
 
 
-def unchecked_numeric_fields() -> List[str]:
+def unchecked_numeric_fields() -> list[str]:
     """Numeric schema fields that declare no range, not even `unbounded` (the tests keep this empty)."""
-    missing: List[str] = []
+    missing: list[str] = []
     seen: set = set()
 
     def visit(schema: type) -> None:
@@ -201,7 +207,7 @@ def unchecked_numeric_fields() -> List[str]:
             tp = _unwrap_optional(tp)
             if dataclasses.is_dataclass(tp):
                 visit(tp)
-            elif typing.get_origin(tp) in (dict, Dict):
+            elif typing.get_origin(tp) is dict:
                 inner = _unwrap_optional(typing.get_args(tp)[1])
                 if dataclasses.is_dataclass(inner):
                     visit(inner)

@@ -7,8 +7,14 @@ each distinct fine-tuned model once; inverse.py is the inverse-causation check; 
 cell calls. Heavy imports (torch, peft, openai) happen only inside the trainers.
 """
 
-from .prepare import (FinetuneResult, finetune_plan, format_plan, planned_judge, planned_training_articles,
-                      prepare_finetuned_evaluator)
+from .prepare import (
+                      FinetuneResult,
+                      finetune_plan,
+                      format_plan,
+                      planned_judge,
+                      planned_training_articles,
+                      prepare_finetuned_evaluator,
+)
 
 __all__ = ["FinetuneResult", "finetune_plan", "format_plan", "planned_judge", "planned_training_articles",
            "prepare_finetuned_evaluator"]

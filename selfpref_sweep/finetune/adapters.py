@@ -20,9 +20,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock
 
@@ -49,7 +50,7 @@ def _safe(part: str) -> str:
 
 
 class CacheEntry:
-    def __init__(self, root: Path, spec: Dict[str, Any], label: str):
+    def __init__(self, root: Path, spec: dict[str, Any], label: str):
         self.root = Path(root).expanduser()
         self.spec = spec
         self.digest = spec_digest(spec)
@@ -65,7 +66,7 @@ class CacheEntry:
         with FileLock(str(self.dir) + ".lock"):
             yield
 
-    def record(self) -> Optional[Dict[str, Any]]:
+    def record(self) -> dict[str, Any] | None:
         """The completed fine-tune's record, or None if there is none (or it is unreadable)."""
         path = self.dir / RECORD
         if not path.is_file():
@@ -100,8 +101,8 @@ class CacheEntry:
         return self.dir
 
 
-def finetune_cache_spec(spec: "CellSpec", base: ModelIdentity, hyperparameters: Dict[str, Any], trainer_kind: str
-                        ) -> Dict[str, Any]:
+def finetune_cache_spec(spec: CellSpec, base: ModelIdentity, hyperparameters: dict[str, Any], trainer_kind: str
+                        ) -> dict[str, Any]:
     """Everything that decides the fine-tuned model (and nothing that does not, such as paths)."""
     ft = spec.finetune
     ds = ft.dataset
@@ -131,7 +132,7 @@ def finetune_cache_spec(spec: "CellSpec", base: ModelIdentity, hyperparameters: 
     }
 
 
-def cache_entry(spec: "CellSpec", base: ModelIdentity, hyperparameters: Dict[str, Any], trainer_kind: str
+def cache_entry(spec: CellSpec, base: ModelIdentity, hyperparameters: dict[str, Any], trainer_kind: str
                 ) -> CacheEntry:
     """The cache entry of the cell's fine-tune."""
     ft = spec.finetune

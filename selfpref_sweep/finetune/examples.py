@@ -22,8 +22,9 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from ..cell.articles import select_articles
 from ..cell.dataset_loaders import Dataset, load_dataset
@@ -41,8 +42,8 @@ from . import labels as L
 OTHERS_ORDER = [HUMAN, "gpt4", "gpt35", "claude", "llama"]
 
 
-def available_others(evaluator_name: str, configured: Optional[Sequence[str]], paper: bool,
-                     imported: Sequence[str]) -> List[str]:
+def available_others(evaluator_name: str, configured: Sequence[str] | None, paper: bool,
+                     imported: Sequence[str]) -> list[str]:
     """The other sources paired with the own summaries, in a stable order: the configured ones, else the
     human reference (and, for the paper's datasets, every imported source but the evaluator's own)."""
     if configured:
@@ -59,14 +60,14 @@ class TrainingExample:
     article_id: str
     other: str  # the other summary's source key (one summary alone: the shown summary's, "own" for the own)
     own_position: int  # where the evaluator's own summary is (1 or 2; one summary alone: 1 if it is the own, else 0)
-    messages: Tuple[Message, ...]  # system + user, exactly as the evaluation builds them
+    messages: tuple[Message, ...]  # system + user, exactly as the evaluation builds them
     answer: str  # the assistant turn: "1" or "2" (pairwise), a score such as "4" (one summary alone)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"article_id": self.article_id, "other": self.other, "own_position": self.own_position,
                 "messages": [asdict(m) for m in self.messages], "answer": self.answer}
 
-    def chat(self) -> List[Dict[str, str]]:
+    def chat(self) -> list[dict[str, str]]:
         """The OpenAI fine-tuning row's messages: the prompt plus the answer as the assistant turn."""
         return [{"role": m.role, "content": m.content} for m in self.messages] + [
             {"role": "assistant", "content": self.answer}]
@@ -74,21 +75,21 @@ class TrainingExample:
 
 @dataclass
 class ExampleSet:
-    examples: List[TrainingExample]
+    examples: list[TrainingExample]
     task: str
     question: str
     dataset: str
     n_articles: int  # requested
-    train_article_ids: List[str]  # the articles the examples came from
-    others: List[str]
+    train_article_ids: list[str]  # the articles the examples came from
+    others: list[str]
     n_pairs: int = 0
     n_ties_dropped: int = 0  # examples (both orders of a tied pair count 2; an all-tied article, its summaries)
     n_tie_pairs: int = 0  # tied pairs (one summary alone: articles whose summaries all tie)
-    skipped: Dict[str, int] = field(default_factory=dict)  # pairs that could not be built, by reason
+    skipped: dict[str, int] = field(default_factory=dict)  # pairs that could not be built, by reason
     n_articles_truncated: int = 0  # cut to fit the evaluator's context, as the cell cuts them
 
     @property
-    def label_balance(self) -> Dict[str, int]:
+    def label_balance(self) -> dict[str, int]:
         out = {"1": 0, "2": 0} if self.task not in L.INDIVIDUAL_TASKS else {}
         for ex in self.examples:
             out[ex.answer] = out.get(ex.answer, 0) + 1
@@ -98,12 +99,12 @@ class ExampleSet:
         blob = json.dumps([ex.to_json() for ex in self.examples], sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
-    def shuffled(self, seed: int) -> List[TrainingExample]:
+    def shuffled(self, seed: int) -> list[TrainingExample]:
         out = list(self.examples)
         random.Random(seed).shuffle(out)
         return out
 
-    def stats(self) -> Dict[str, Any]:
+    def stats(self) -> dict[str, Any]:
         return {"task": self.task, "question": self.question, "dataset": self.dataset, "n_articles": self.n_articles,
                 "n_articles_used": len(self.train_article_ids), "train_article_ids": list(self.train_article_ids),
                 "others": list(self.others), "n_pairs": self.n_pairs, "n_examples": len(self.examples),
@@ -113,8 +114,8 @@ class ExampleSet:
                 "examples_sha256": self.fingerprint()}
 
 
-def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[Tuple[str, str, str, str, str]],
-                   seed: int) -> Tuple[List[TrainingExample], int, int]:
+def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[tuple[str, str, str, str, str]],
+                   seed: int) -> tuple[list[TrainingExample], int, int]:
     """Both orders of each (article_id, article, own, other_key, other) pair, labelled for `task`, with the
     pairwise prompt the evaluation builds. Returns (examples, examples dropped as ties, tied pairs)."""
     task = FinetuneTaskName(task).value if task in FinetuneTaskName._value2member_map_ else task
@@ -127,7 +128,7 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
             f"finetune_task={task} asks prompts.pairwise.{question}, which the prompts config lacks (it has "
             f"{sorted(prompts['pairwise'])}). Add the paper's control prompt under pairwise.{question} in "
             f"conf/prompts/paper.yaml.")
-    examples: List[TrainingExample] = []
+    examples: list[TrainingExample] = []
     ties = tie_pairs = 0
     for aid, article, own, other_key, other in pairs:
         pair = Pair(aid, article, own, other)
@@ -135,7 +136,7 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
         for own_pos in (1, 2):
             s1, s2 = (own, other) if own_pos == 1 else (other, own)
             if task == "recognition":
-                answer: Optional[str] = L.recognition_label(own_pos)
+                answer: str | None = L.recognition_label(own_pos)
             elif task == "always_1":
                 answer = "1"
             elif task == "random":
@@ -160,8 +161,8 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
 OWN_SOURCE = "own"  # a one-summary example's source key when it shows the evaluator's own summary
 
 
-def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[Tuple[str, str, str, str, str]]
-                   ) -> Tuple[List[TrainingExample], int, int]:
+def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[tuple[str, str, str, str, str]]
+                   ) -> tuple[list[TrainingExample], int, int]:
     """One example per distinct summary of each article in the (article_id, article, own, other_key, other)
     pairs (the own summary once, each other source's once), with the individual-setting prompt the evaluation
     builds for it, answered by the level of its measure among the article's summaries on the prompt's answer
@@ -172,10 +173,10 @@ def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
         raise ConfigError(
             f"finetune_task={task} trains on the individual-setting prompt individual.{question} and its answer "
             f"scale individual_answers.{question}, which the prompts config lacks.")
-    articles: Dict[str, Tuple[str, List[Tuple[str, str]]]] = {}
+    articles: dict[str, tuple[str, list[tuple[str, str]]]] = {}
     for aid, article, own, other_key, other in pairs:
         articles.setdefault(aid, (article, [(OWN_SOURCE, own)]))[1].append((other_key, other))
-    examples: List[TrainingExample] = []
+    examples: list[TrainingExample] = []
     ties = tie_articles = 0
     for aid, (article, shown) in articles.items():
         levels = L.rank_levels(task, [summary for _, summary in shown], len(answers))
@@ -190,7 +191,7 @@ def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[T
     return examples, ties, tie_articles
 
 
-def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Optional[Dataset] = None) -> ExampleSet:
+def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Dataset | None = None) -> ExampleSet:
     """The training set of the cell's fine-tune, through the cell's own stages: the training articles (same
     length rule), the evaluator's own summaries (the base model's cached handle, so they are shared with every
     cell) and each other source's, then the pairs and the evaluation's pairwise prompt."""
@@ -210,7 +211,7 @@ def build_examples(spec: CellSpec, evaluator: CachedModel, dataset: Optional[Dat
             raise ConfigError(f"finetune_task.others names {o!r}, which dataset {dataset.name!r} does not carry "
                               f"(it has: human{''.join(', ' + k for k in dataset.imported if k != HUMAN)}).")
     selection = select_articles(dataset.articles, [spec.evaluator], spec.summaries.max_new_tokens, spec.articles)
-    skipped: Dict[str, int] = {}
+    skipped: dict[str, int] = {}
     for why in selection.excluded.values():  # an unusable article costs one pair per other source
         skipped[why] = skipped.get(why, 0) + len(others)
     rules = spec.summaries

@@ -8,7 +8,8 @@ preference above 0.5 mean it picks its new summaries; the paper reports preferen
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..cell.dataset_loaders import Article, Dataset
 from ..cell.judging import answer_distributions, judge_requests
@@ -21,9 +22,8 @@ from ..models.cached import CachedModel
 from ..records.schema import QUESTIONS
 
 
-
 def inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,
-                  articles: Sequence[Article]) -> Dict[str, Any]:
+                  articles: Sequence[Article]) -> dict[str, Any]:
     """{"n_items", "items", "<question>": stats} with own = the tuned model's new summary, other = the base's."""
     max_new, rules = spec.summaries.max_new_tokens, spec.summaries
     usable = [a for a in articles if a.text.strip()]
@@ -33,10 +33,10 @@ def inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_c
     requests = judge_requests(tuned, spec.prompts, SettingName.pairwise, QUESTIONS, pairs)
     verdicts = score_items(requests, answer_distributions(tuned, requests), SettingName.pairwise,
                            spec.judge.min_answer_mass)
-    items: List[Dict[str, Any]] = [{"article_id": p.article_id, "new_summary": p.own, "old_summary": p.other,
+    items: list[dict[str, Any]] = [{"article_id": p.article_id, "new_summary": p.own, "old_summary": p.other,
                                     "identical": p.own == p.other, **v} for p, v in zip(pairs, verdicts)]
     boot = spec.bootstrap
-    out: Dict[str, Any] = {"n_items": len(items), "n_identical": sum(it["identical"] for it in items),
+    out: dict[str, Any] = {"n_items": len(items), "n_identical": sum(it["identical"] for it in items),
                            "n_unusable": len(articles) - len(pairs), "items": items}
     for q in QUESTIONS:
         out[q] = summarize_question(items, q, int(boot.n_resamples), float(boot.confidence), spec.seed) \

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Dict, Optional, Sequence
+from collections.abc import Callable, Sequence
 
-from ..config import CONTROL_QUESTION_TASKS, INDIVIDUAL_PROMPT_TASKS as _INDIVIDUAL_PROMPT_TASKS
+from ..config import CONTROL_QUESTION_TASKS
+from ..config import INDIVIDUAL_PROMPT_TASKS as _INDIVIDUAL_PROMPT_TASKS
 from ..config import PREFERENCE_PROMPT_TASKS as _PREFERENCE_PROMPT_TASKS
 from ..config import RECOGNITION_PROMPT_TASKS as _RECOGNITION_PROMPT_TASKS
 from ..records.text_features import word_count
@@ -65,13 +66,13 @@ def reading_ease(text: str) -> float:
     return float(_textstat().flesch_reading_ease(text))
 
 
-MEASURES: Dict[str, Callable[[str], float]] = {"length": word_count, "vowel": vowel_count,
+MEASURES: dict[str, Callable[[str], float]] = {"length": word_count, "vowel": vowel_count,
                                                 "readability": reading_ease,
                                                 # asked the preference question: "better" = more words
                                                 "prefer_longer": word_count, "score_longer": word_count}
 
 
-def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: float = 1e-9) -> Optional[str]:
+def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: float = 1e-9) -> str | None:
     """"1" or "2": the summary that scores higher; None on a tie."""
     a, b = measure(summary1), measure(summary2)
     if abs(a - b) <= tol:
@@ -79,13 +80,13 @@ def higher(measure: Callable[[str], float], summary1: str, summary2: str, tol: f
     return "1" if a > b else "2"
 
 
-def control_label(task: str, summary1: str, summary2: str) -> Optional[str]:
+def control_label(task: str, summary1: str, summary2: str) -> str | None:
     if task not in MEASURES:
         raise ValueError(f"{task!r} is not a control task with a measure ({', '.join(MEASURES)})")
     return higher(MEASURES[task], summary1, summary2)
 
 
-def rank_levels(task: str, summaries: Sequence[str], n_levels: int) -> Optional[list]:
+def rank_levels(task: str, summaries: Sequence[str], n_levels: int) -> list | None:
     """One article's summaries placed on `n_levels` answer levels (0 = the lowest answer, e.g. "1" of a 1-5
     score) by their measure: linear in rank, tied summaries sharing their mean rank, halves rounded up. Six
     summaries of distinct lengths on 5 levels get 0, 1, 2, 2, 3, 4 (scores 1, 2, 3, 3, 4, 5). None when every

@@ -24,8 +24,9 @@ import math
 import random
 import resource
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 from ..config import AdapterConfig, FinetuneTaskConfig, ModelConfig
 from ..errors import ConfigError
@@ -49,7 +50,7 @@ def bf16_supported(torch) -> bool:
         return False
 
 
-def training_dtype(requested: Optional[str], evaluator_dtype: Optional[str], torch) -> str:
+def training_dtype(requested: str | None, evaluator_dtype: str | None, torch) -> str:
     want = resolve_dtype(requested or evaluator_dtype or AUTO)
     if want == "bfloat16" and not bf16_supported(torch):
         log.warning("bfloat16 is not supported for training on this machine; training in float32")
@@ -71,7 +72,7 @@ def answer_token_id(tokenizer, answer: str, allowed: Sequence[int]) -> int:
     raise ConfigError(f"The tokenizer has no token that spells the answer {answer!r}.")
 
 
-def answer_loss(torch, model, batch: Sequence[Tuple[List[int], int]], pad_id: int):
+def answer_loss(torch, model, batch: Sequence[tuple[list[int], int]], pad_id: int):
     """Mean cross-entropy of each example's answer token, predicted from its whole prompt."""
     import torch.nn.functional as F
 
@@ -88,7 +89,7 @@ def answer_loss(torch, model, batch: Sequence[Tuple[List[int], int]], pad_id: in
     return F.cross_entropy(out.logits[:, -1, :].float(), targets)
 
 
-def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: Optional[str]) -> Dict[str, Any]:
+def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: str | None) -> dict[str, Any]:
     lora = {"r": int(t.lora.r), "alpha": int(t.lora.alpha), "dropout": float(t.lora.dropout),
             "target_modules": list(t.lora.target_modules)}
     return {"method": "lora", "lora": lora, "lr": float(t.lr), "weight_decay": float(t.weight_decay),
@@ -98,12 +99,12 @@ def lora_hyperparameters(t: FinetuneTaskConfig, evaluator_dtype: Optional[str]) 
             "schedule": "constant", "loss": "answer_token"}
 
 
-def n_steps(n_examples: int, epochs: int, batch_size: int, max_steps: Optional[int]) -> int:
+def n_steps(n_examples: int, epochs: int, batch_size: int, max_steps: int | None) -> int:
     steps = math.ceil(n_examples / max(1, batch_size)) * max(1, epochs)
     return steps if max_steps is None else min(steps, int(max_steps))
 
 
-def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tuple[List[int], int]]:
+def encode_examples(local_model, examples: Sequence[TrainingExample]) -> list[tuple[list[int], int]]:
     """(prompt ids exactly as the evaluation scores them, answer token id) per example."""
     out = []
     for ex in examples:
@@ -116,15 +117,15 @@ def encode_examples(local_model, examples: Sequence[TrainingExample]) -> List[Tu
 class Progress:
     """Where training stands: what a checkpoint saves besides the weights and optimizer, so that a resumed
     run takes exactly the steps the uninterrupted run would have taken."""
-    losses: List[float] = dataclasses.field(default_factory=list)
-    step_s: List[float] = dataclasses.field(default_factory=list)
+    losses: list[float] = dataclasses.field(default_factory=list)
+    step_s: list[float] = dataclasses.field(default_factory=list)
     tokens: int = 0
     epoch: int = 0
-    order: Optional[List[int]] = None  # this epoch's shuffled example order (None: not drawn yet)
+    order: list[int] | None = None  # this epoch's shuffled example order (None: not drawn yet)
     next_batch: int = 0  # index into ``order`` of the next batch's first example
     rng_state: Any = None  # the shuffle generator's state after drawing ``order``
     elapsed_s: float = 0.0  # training seconds spent before this process
-    resumed_from: Optional[int] = None
+    resumed_from: int | None = None
 
 
 class Checkpoints:
@@ -133,13 +134,13 @@ class Checkpoints:
     used only by a training with the same identity (fine-tune spec, encoded examples, dtype); any other is
     ignored with a warning, never half-used."""
 
-    def __init__(self, path: Optional[Path], identity: Dict[str, Any], every_s: float):
+    def __init__(self, path: Path | None, identity: dict[str, Any], every_s: float):
         self.path = None if path is None else Path(path)
         self.identity = identity
         self.every_s = float(every_s)
         self._last = time.time()
 
-    def load(self, torch, model, optimizer) -> Optional[Progress]:
+    def load(self, torch, model, optimizer) -> Progress | None:
         if self.path is None or not self.path.is_file():
             return None
         try:
@@ -225,7 +226,7 @@ class LoraTrainer(Trainer):
     resumable = True  # checkpoints as it trains; a killed training resumes from its last checkpoint
     checkpoint_seconds = 120.0  # a few MB (LoRA weights + AdamW moments) every 2 minutes
 
-    def hyperparameters(self) -> Dict[str, Any]:
+    def hyperparameters(self) -> dict[str, Any]:
         return lora_hyperparameters(self.finetune.settings, self.base.dtype)
 
     def steps(self, n_examples: int) -> int:
@@ -238,8 +239,8 @@ class LoraTrainer(Trainer):
         return LocalModel(dataclasses.replace(self.base, dtype=dtype, adapter=None), model_cache=self.model_cache,
                           show_progress=self.show_progress)
 
-    def train(self, examples: ExampleSet, workdir: Path, digest: str = "", checkpoint: Optional[Path] = None
-              ) -> Dict[str, Any]:
+    def train(self, examples: ExampleSet, workdir: Path, digest: str = "", checkpoint: Path | None = None
+              ) -> dict[str, Any]:
         import torch
         from peft import LoraConfig, get_peft_model
         from tqdm.auto import tqdm
@@ -289,7 +290,7 @@ class LoraTrainer(Trainer):
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
         }
 
-    def tuned_model(self, entry, record: Dict[str, Any]) -> ModelConfig:
+    def tuned_model(self, entry, record: dict[str, Any]) -> ModelConfig:
         """The base plus its adapter: the fingerprint (part of the identity and so of every cache key) and
         the directory LocalModel loads it from."""
         return dataclasses.replace(self.base, adapter=AdapterConfig(fingerprint=entry.fingerprint(self.kind),

@@ -25,8 +25,9 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, TypeVar
+from typing import Any, TypeVar
 
 from ..config import AdapterConfig, ModelConfig
 from ..config.spec import FinetuneSpec
@@ -83,12 +84,12 @@ class OpenAITrainer(Trainer):
             raise ConfigError(f"Evaluator {self.base.name!r} (backend openai) has no `model` to fine-tune.")
         return str(self.base.model)
 
-    def hyperparameters(self) -> Dict[str, Any]:
+    def hyperparameters(self) -> dict[str, Any]:
         hp = {k: getattr(self.o, k) for k in ("n_epochs", "batch_size", "learning_rate_multiplier")}
         return {"method": "openai_supervised", "base_model": self.base_model,
                 **{k: v for k, v in hp.items() if v is not None}}
 
-    def steps(self, n_examples: int) -> Optional[int]:
+    def steps(self, n_examples: int) -> int | None:
         return None  # decided by the API
 
     @property
@@ -112,7 +113,7 @@ class OpenAITrainer(Trainer):
         return self._client
 
     # ------------------------------------------------------------------ state
-    def state(self, workdir: Path) -> Dict[str, Any]:
+    def state(self, workdir: Path) -> dict[str, Any]:
         path = Path(workdir) / STATE
         if not path.is_file():
             return {}
@@ -122,7 +123,7 @@ class OpenAITrainer(Trainer):
             log.warning("unreadable %s; ignoring it", path)
             return {}
 
-    def _save(self, workdir: Path, state: Dict[str, Any]) -> None:
+    def _save(self, workdir: Path, state: dict[str, Any]) -> None:
         state["updated_at"] = time.time()
         atomic_write_json(Path(workdir) / STATE, state)
 
@@ -150,7 +151,7 @@ class OpenAITrainer(Trainer):
                           before_sleep=lambda state: log.warning(
                               "OpenAI fine-tuning: %s failed (%s); retry %d", what,
                               type(state.outcome.exception()).__name__, state.attempt_number))
-        failure: Optional[str] = None
+        failure: str | None = None
         try:
             return policy(attempt)
         except Exception as exc:  # noqa: BLE001 - reported below, outside the except block
@@ -170,7 +171,7 @@ class OpenAITrainer(Trainer):
             f = self._call(lambda: self.client.files.retrieve(file_id), "file status")
         return str(file_id)
 
-    def _find_job(self, digest: str, file_id: Optional[str]) -> Optional[Any]:
+    def _find_job(self, digest: str, file_id: str | None) -> Any | None:
         """A job this entry already created (killed before its id was saved), found by metadata or file."""
         page = self._call(lambda: self.client.fine_tuning.jobs.list(limit=100, metadata={"selfpref_spec": digest[:64]}),
                           "job list")
@@ -184,7 +185,7 @@ class OpenAITrainer(Trainer):
     def _create(self, file_id: str, digest: str) -> Any:
         # suffix: at most 18 characters (the API's historical limit), readable in the model id.
         suffix = self.finetune.task.value[:9] + f"-{digest[:8]}"
-        kwargs: Dict[str, Any] = dict(model=self.base_model, training_file=file_id,
+        kwargs: dict[str, Any] = dict(model=self.base_model, training_file=file_id,
                                       seed=int(self.finetune.settings.seed), suffix=suffix,
                                       metadata={"selfpref_spec": digest[:64]})
         hp = {k: v for k, v in self.hyperparameters().items() if k not in ("method", "base_model")}
@@ -192,7 +193,7 @@ class OpenAITrainer(Trainer):
             kwargs["method"] = {"type": "supervised", "supervised": {"hyperparameters": hp}}
         return self._call(lambda: self.client.fine_tuning.jobs.create(**kwargs), "job creation")
 
-    def loss_curve(self, job_id: str) -> List[float]:
+    def loss_curve(self, job_id: str) -> list[float]:
         """The training loss per step, from the job's metrics events (oldest first)."""
         try:
             events = self._call(lambda: self.client.fine_tuning.jobs.list_events(job_id, limit=1000), "job events")
@@ -208,7 +209,7 @@ class OpenAITrainer(Trainer):
         return [points[s] for s in sorted(points)]
 
     # ------------------------------------------------------------------ train
-    def train(self, examples: ExampleSet, workdir: Path, digest: str = "") -> Dict[str, Any]:
+    def train(self, examples: ExampleSet, workdir: Path, digest: str = "") -> dict[str, Any]:
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         state = self.state(workdir)
@@ -259,7 +260,7 @@ class OpenAITrainer(Trainer):
             "api_calls": self.api_calls,
         }
 
-    def _poll(self, workdir: Path, state: Dict[str, Any], start: float):
+    def _poll(self, workdir: Path, state: dict[str, Any], start: float):
         deadline = start + float(self.o.wait_timeout_s)
         job_id = state["job_id"]
         while True:
@@ -285,7 +286,7 @@ class OpenAITrainer(Trainer):
                                       f"resume polling it (the job id is saved in {workdir / STATE}).")
             self._sleep(float(self.o.poll_interval_s))
 
-    def tuned_model(self, entry, record: Dict[str, Any]) -> ModelConfig:
+    def tuned_model(self, entry, record: dict[str, Any]) -> ModelConfig:
         """The API's fine-tuned model id, plus the adapter fingerprint so that the identity names the
         fine-tune even if two fine-tunes returned one id (the paper's random and always-1 controls did)."""
         return dataclasses.replace(self.base, model=record["model_id"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..cell.dataset_loaders import PAPER_SOURCES
 from ..config import DatasetKind, ModelConfig
@@ -29,7 +29,7 @@ from .trainer import Trainer, trainer_for
 @dataclass
 class FinetuneResult:
     model: ModelConfig  # the fine-tuned evaluator: load_model(result.model, ...)
-    record: Dict[str, Any]  # finetune.json: what was trained, how, loss curve, time
+    record: dict[str, Any]  # finetune.json: what was trained, how, loss curve, time
     trained: bool  # True when this call trained it; False when it came from the cache
     entry_dir: Path
 
@@ -38,10 +38,10 @@ class FinetuneResult:
         return self.model.adapter.fingerprint
 
     @property
-    def train_article_ids(self) -> List[str]:
+    def train_article_ids(self) -> list[str]:
         return list(self.record.get("train_article_ids") or [])
 
-    def summary_block(self) -> Dict[str, Any]:
+    def summary_block(self) -> dict[str, Any]:
         """summary.json's "finetune" block."""
         r = self.record
         keep = ("task", "question", "dataset", "n_articles", "n_articles_used", "seed", "others", "trainer",
@@ -61,7 +61,7 @@ def _trainer_and_entry(spec: CellSpec, show_progress: bool):
     return trainer, cache_entry(spec, model_identity(spec.evaluator), trainer.hyperparameters(), trainer.kind)
 
 
-def prepare_finetuned_evaluator(spec: CellSpec, evaluator: Optional[CachedModel]) -> Optional[FinetuneResult]:
+def prepare_finetuned_evaluator(spec: CellSpec, evaluator: CachedModel | None) -> FinetuneResult | None:
     """The fine-tuned evaluator for this cell: trained now (once, under a file lock) or reused from the cache.
     None when finetune_task=none. `evaluator` is the base model's cached handle; its own summaries of the
     training articles are generated through it (and shared with cells through the call store)."""
@@ -77,7 +77,7 @@ def prepare_finetuned_evaluator(spec: CellSpec, evaluator: Optional[CachedModel]
 
 
 # ------------------------------------------------------------------------------------------ plan
-def _count_others(spec: CellSpec) -> Tuple[int, str]:
+def _count_others(spec: CellSpec) -> tuple[int, str]:
     ft = spec.finetune
     ds = ft.dataset
     paper = ds.kind == DatasetKind.paper
@@ -94,7 +94,7 @@ def _count_others(spec: CellSpec) -> Tuple[int, str]:
     return len(others), ", ".join(others) + " (assumed: data folder not found)"
 
 
-def finetune_plan(spec: CellSpec) -> Optional[Dict[str, Any]]:
+def finetune_plan(spec: CellSpec) -> dict[str, Any] | None:
     """What the fine-tune of this cell would do, without training, loading a model or reading the data (it
     only looks at the cache entry and, for the paper layout, which summary files exist)."""
     ft = spec.finetune
@@ -125,7 +125,7 @@ def finetune_plan(spec: CellSpec) -> Optional[Dict[str, Any]]:
     }
 
 
-def planned_judge(spec: CellSpec) -> Optional[ModelConfig]:
+def planned_judge(spec: CellSpec) -> ModelConfig | None:
     """The fine-tuned evaluator's config as it will be, without training (plan mode: the judge calls of a
     fine-tuned cell go to this identity, so none of them is cached before it exists). For an API job that
     has not finished, the model id is a placeholder. None when finetune_task=none."""
@@ -136,7 +136,7 @@ def planned_judge(spec: CellSpec) -> Optional[ModelConfig]:
     return trainer.tuned_model(entry, record)
 
 
-def planned_training_articles(spec: CellSpec) -> List[str]:
+def planned_training_articles(spec: CellSpec) -> list[str]:
     """The articles a cached fine-tune of this cell was trained on (plan mode leaves them out of the evaluation,
     as the run does); none before the fine-tune exists."""
     if spec.finetune is None:
@@ -145,7 +145,7 @@ def planned_training_articles(spec: CellSpec) -> List[str]:
     return list((entry.record() or {}).get("train_article_ids") or [])
 
 
-def format_plan(plan: Optional[Dict[str, Any]]) -> str:
+def format_plan(plan: dict[str, Any] | None) -> str:
     """One line for plan mode."""
     if plan is None:
         return "finetune: none"

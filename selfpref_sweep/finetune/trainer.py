@@ -13,8 +13,9 @@ import logging
 import shutil
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any
 
 from ..config import ModelConfig
 from ..config.spec import FinetuneSpec
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 
 # evaluator backend -> trainer ("module:Class", a Trainer); plug-ins: entry points of the group
 # selfpref_sweep.trainers, or SELFPREF_TRAINERS="name=module:Class,..." (tests); no plug-in reuses a built-in's name.
-TRAINERS: Dict[str, str] = {
+TRAINERS: dict[str, str] = {
     "local": "selfpref_sweep.finetune.local_trainer:LoraTrainer",
     "openai": "selfpref_sweep.finetune.openai_trainer:OpenAITrainer",
 }
@@ -52,19 +53,19 @@ class Trainer(ABC):
         self.show_progress = show_progress
 
     @abstractmethod
-    def hyperparameters(self) -> Dict[str, Any]:
+    def hyperparameters(self) -> dict[str, Any]:
         """Everything about training that changes the model (part of the fine-tune's cache key)."""
 
     @abstractmethod
-    def steps(self, n_examples: int) -> Optional[int]:
+    def steps(self, n_examples: int) -> int | None:
         """Optimizer steps for this many examples; None when the trainer does not decide it."""
 
     @abstractmethod
-    def train(self, examples: ExampleSet, workdir: Path, digest: str) -> Dict[str, Any]:
+    def train(self, examples: ExampleSet, workdir: Path, digest: str) -> dict[str, Any]:
         """Train on the examples into `workdir`; returns the record's training fields (loss curve, ...)."""
 
     @abstractmethod
-    def tuned_model(self, entry: CacheEntry, record: Dict[str, Any]) -> ModelConfig:
+    def tuned_model(self, entry: CacheEntry, record: dict[str, Any]) -> ModelConfig:
         """The fine-tuned model's config: the base with its adapter (and, for APIs, the new model id)."""
 
     def status(self, entry: CacheEntry) -> str:
@@ -74,13 +75,13 @@ class Trainer(ABC):
             return "would resume training from its checkpoint"
         return "absent"
 
-    def plan(self, entry: CacheEntry, n_examples: Optional[int]) -> Dict[str, Any]:
+    def plan(self, entry: CacheEntry, n_examples: int | None) -> dict[str, Any]:
         """What train_or_load would do, without doing it."""
         return {"trainer": self.kind, "status": self.status(entry),
                 "steps": None if n_examples is None else self.steps(n_examples)}
 
     def train_or_load(self, entry: CacheEntry, make_examples: Callable[[], ExampleSet],
-                      free_base: Callable[[], None]) -> Tuple[Dict[str, Any], bool]:
+                      free_base: Callable[[], None]) -> tuple[dict[str, Any], bool]:
         """(the fine-tune's record, whether this call trained it). Trains at most once per cache entry: a
         file lock makes a second cell that needs the same model wait, then reuse it."""
         with entry.lock():

@@ -10,9 +10,10 @@ import csv
 import io
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any
 
 from ..errors import DataError
 from ..records.atomic import atomic_write_json, atomic_write_jsonl, atomic_write_text
@@ -36,10 +37,10 @@ class ImportedCell:
 
     coordinates: CellCoordinates
     questions: Sequence[str]
-    items: List[Item] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    block: Dict[str, Any] = field(default_factory=dict)  # summary.json[IMPORT_BLOCK]
-    own_summaries: Optional[Dict[str, Any]] = None
+    items: list[Item] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    block: dict[str, Any] = field(default_factory=dict)  # summary.json[IMPORT_BLOCK]
+    own_summaries: dict[str, Any] | None = None
 
     @property
     def directory(self) -> str:
@@ -48,7 +49,7 @@ class ImportedCell:
         name = self.block.get("evaluator_name") or c.evaluator
         return "/".join(_safe(p) for p in (c.setting, f"label_{c.label}", c.dataset, name, c.source))
 
-    def summary_json(self) -> Dict[str, Any]:
+    def summary_json(self) -> dict[str, Any]:
         stats = {q: question_stats(self.items, q, CONFIDENCE) for q in self.questions}
         summary = summary_record(
             self.items, self.questions, stats, cell=self.coordinates.to_json(), n_articles=len(self.items),
@@ -82,10 +83,10 @@ class SweepWriter:
         self.out, self.replace = Path(out), replace
         prepare_destination(self.out, replace)
         self.staging = self.out.parent / f".{self.out.name}.importing-{os.getpid()}"
-        self._seen: Dict[str, int] = {}
+        self._seen: dict[str, int] = {}
         self.n_cells = 0
 
-    def __enter__(self) -> "SweepWriter":
+    def __enter__(self) -> SweepWriter:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.staging, ignore_errors=True)
         self.staging.mkdir()
@@ -104,7 +105,7 @@ class SweepWriter:
         self.n_cells += 1
         return cell_dir
 
-    def finish(self, manifest: Mapping[str, Any], tables: Mapping[str, List[Dict[str, Any]]]) -> Path:
+    def finish(self, manifest: Mapping[str, Any], tables: Mapping[str, list[dict[str, Any]]]) -> Path:
         """The manifest and the tables (file name -> rows) beside the cells; then the folder is swapped in."""
         atomic_write_json(self.staging / MANIFEST_FILE, dict(manifest))
         for name, rows in tables.items():
@@ -125,7 +126,7 @@ def _swap_in(staging: Path, out: Path) -> None:
 
 def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     """Rows as CSV, columns in first-seen order; floats at full precision, None as empty."""
-    columns: List[str] = []
+    columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
     buf = io.StringIO()

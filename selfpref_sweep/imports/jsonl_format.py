@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from ..config import LabelName, SettingName
 from ..records.atomic import atomic_write_text
@@ -51,7 +52,7 @@ class CellKey:
     dataset: str
     setting: str
     label: str
-    finetune: Optional[Tuple[str, Optional[str], Optional[int], Optional[int]]]  # task, dataset, n, seed
+    finetune: tuple[str, str | None, int | None, int | None] | None  # task, dataset, n, seed
 
 
 @dataclass
@@ -63,12 +64,12 @@ class Line:
     article_id: str
     question: str
     verdict: Verdict
-    own_summary: Optional[str]
-    other_summary: Optional[str]
+    own_summary: str | None
+    other_summary: str | None
     origin: Any
 
 
-def read_lines(path: Path) -> List[Tuple[int, Dict[str, Any]]]:
+def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(1-based line number, object) of every non-blank line; a file that is missing, not UTF-8, empty, or
     holds a line that is not a JSON object is an error naming the file (and the line)."""
     try:
@@ -90,7 +91,7 @@ def read_lines(path: Path) -> List[Tuple[int, Dict[str, Any]]]:
     return out
 
 
-def _parse(path: Path, number: int, line: str, ended: bool) -> Dict[str, Any]:
+def _parse(path: Path, number: int, line: str, ended: bool) -> dict[str, Any]:
     where = f"{path}, line {number}"
     try:
         obj = json.loads(line)
@@ -104,7 +105,7 @@ def _parse(path: Path, number: int, line: str, ended: bool) -> Dict[str, Any]:
     return obj
 
 
-def _text(obj: Mapping[str, Any], name: str, where: str, required: bool = True) -> Optional[str]:
+def _text(obj: Mapping[str, Any], name: str, where: str, required: bool = True) -> str | None:
     value = obj.get(name)
     if name == "article_id" and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
@@ -116,7 +117,7 @@ def _text(obj: Mapping[str, Any], name: str, where: str, required: bool = True) 
     return value
 
 
-def _choice(obj: Mapping[str, Any], name: str, allowed: Sequence[str], default: Optional[str], where: str) -> str:
+def _choice(obj: Mapping[str, Any], name: str, allowed: Sequence[str], default: str | None, where: str) -> str:
     value = obj.get(name, default)
     if value not in allowed:
         shown = "missing" if name not in obj else repr(value)
@@ -124,7 +125,7 @@ def _choice(obj: Mapping[str, Any], name: str, allowed: Sequence[str], default: 
     return value
 
 
-def _finetune(raw: Any, where: str) -> Optional[Tuple[str, Optional[str], Optional[int], Optional[int]]]:
+def _finetune(raw: Any, where: str) -> tuple[str, str | None, int | None, int | None] | None:
     """null, or {"task", "dataset", "n_articles", "seed"} as a tuple (task required)."""
     if raw is None:
         return None
@@ -148,7 +149,7 @@ def _finetune(raw: Any, where: str) -> Optional[Tuple[str, Optional[str], Option
     return task, dataset, ints[0], ints[1]
 
 
-def _probs(obj: Mapping[str, Any], name: str, answers: Sequence[str], where: str) -> Dict[str, float]:
+def _probs(obj: Mapping[str, Any], name: str, answers: Sequence[str], where: str) -> dict[str, float]:
     raw = obj.get(name)
     if not isinstance(raw, dict):
         raise _bad(where, f"'{name}' must be an object of answer probabilities {{{', '.join(answers)}}}, found "
@@ -163,7 +164,7 @@ def _probs(obj: Mapping[str, Any], name: str, answers: Sequence[str], where: str
     return probs
 
 
-def _score(obj: Mapping[str, Any], where: str) -> Optional[float]:
+def _score(obj: Mapping[str, Any], where: str) -> float | None:
     if obj.get("score") is None:
         return None
     score = R.finite(obj["score"])
@@ -172,7 +173,7 @@ def _score(obj: Mapping[str, Any], where: str) -> Optional[float]:
     return score
 
 
-def _reason(obj: Mapping[str, Any], where: str) -> Optional[str]:
+def _reason(obj: Mapping[str, Any], where: str) -> str | None:
     reason = obj.get("excluded")
     if reason in (None, False):
         return None
@@ -181,7 +182,7 @@ def _reason(obj: Mapping[str, Any], where: str) -> Optional[str]:
     return reason
 
 
-def _from_probs(obj: Mapping[str, Any], setting: str, question: str, stored: Optional[float],
+def _from_probs(obj: Mapping[str, Any], setting: str, question: str, stored: float | None,
                 where: str) -> Verdict:
     first, second = PROB_FIELDS[setting]
     answers = ANSWERS[(setting, question)]
@@ -238,7 +239,7 @@ class JsonlCell(ImportedCell):
     and whose summary.json carries a ``finetune`` block: the seed, and a fingerprint telling seeds apart (so the
     analysis names each seed's adapter, as it does for a finetune_task.seed sweep)."""
 
-    finetune: Optional[Tuple[str, Optional[str], Optional[int], Optional[int]]] = None
+    finetune: tuple[str, str | None, int | None, int | None] | None = None
 
     @property
     def tag(self) -> str:
@@ -255,17 +256,17 @@ class JsonlCell(ImportedCell):
             parts[3] = f"{parts[3]}+{self.tag}"
         return "/".join(parts)
 
-    def summary_json(self) -> Dict[str, Any]:
+    def summary_json(self) -> dict[str, Any]:
         out = super().summary_json()
         if self.finetune is not None:
             out["finetune"] = {"fingerprint": f"imported-{self.tag}", "seed": self.finetune[3], "hyperparameters": {}}
         return out
 
 
-def group_lines(lines: Sequence[Line], path: Path) -> Dict[CellKey, Dict[str, Dict[str, Line]]]:
+def group_lines(lines: Sequence[Line], path: Path) -> dict[CellKey, dict[str, dict[str, Line]]]:
     """cell -> article -> question -> line, in the file's order; a repeated (cell, article, question) is an
     error naming both lines."""
-    cells: Dict[CellKey, Dict[str, Dict[str, Line]]] = {}
+    cells: dict[CellKey, dict[str, dict[str, Line]]] = {}
     for line in lines:
         by_q = cells.setdefault(line.key, {}).setdefault(line.article_id, {})
         first = by_q.get(line.question)
@@ -283,10 +284,10 @@ def _describe(key: CellKey) -> str:
            f"label {key.label}{ft}"
 
 
-def item_texts(by_q: Mapping[str, Line], path: Path) -> Tuple[Optional[str], Optional[str]]:
+def item_texts(by_q: Mapping[str, Line], path: Path) -> tuple[str | None, str | None]:
     """The item's two summaries: the first line's that gives each; a line that gives another text for the same
     item is an error naming both lines."""
-    out: List[Optional[str]] = []
+    out: list[str | None] = []
     for name in ("own_summary", "other_summary"):
         given = sorted((line.number, getattr(line, name)) for line in by_q.values()
                        if getattr(line, name) is not None)
@@ -298,7 +299,7 @@ def item_texts(by_q: Mapping[str, Line], path: Path) -> Tuple[Optional[str], Opt
     return out[0], out[1]
 
 
-def provenance(file_name: str, by_q: Mapping[str, Line], questions: Sequence[str]) -> Dict[str, Any]:
+def provenance(file_name: str, by_q: Mapping[str, Line], questions: Sequence[str]) -> dict[str, Any]:
     """The item's origin: the file and its lines, and any origin the lines gave (under ``given``). An origin that
     is already an import's provenance (what export_jsonl writes) is kept as it is, so a re-imported export
     points at the first import's file and lines."""
@@ -306,7 +307,7 @@ def provenance(file_name: str, by_q: Mapping[str, Line], questions: Sequence[str
     for line in lines:
         if isinstance(line.origin, dict) and line.origin.get("kind") == "imported" and "format" in line.origin:
             return line.origin
-    out: Dict[str, Any] = {"kind": "imported", "format": FORMAT, "file": file_name,
+    out: dict[str, Any] = {"kind": "imported", "format": FORMAT, "file": file_name,
                            "line": {line.question: line.number for line in lines}}
     given = {line.question: line.origin for line in lines if line.origin is not None}
     if given:
@@ -344,7 +345,7 @@ def build_cell(key: CellKey, articles: Mapping[str, Mapping[str, Line]], path: P
     return cell
 
 
-def import_jsonl(path: str | Path, out: str | Path, replace: bool = False) -> Dict[str, Any]:
+def import_jsonl(path: str | Path, out: str | Path, replace: bool = False) -> dict[str, Any]:
     """Per-item JSONL at ``path`` as a sweep at ``out`` (built beside it, swapped in when complete; an existing
     ``out`` is refused unless ``replace``). Returns {"out", "n_cells", "n_items", "n_lines", "exclusions"}:
     exclusions count excluded (item, question) verdicts by reason."""
@@ -368,7 +369,7 @@ def import_jsonl(path: str | Path, out: str | Path, replace: bool = False) -> Di
 
 
 # ------------------------------------------------------------------------------------------ export
-def verdict_fields(verdict: Verdict, setting: str) -> Dict[str, Any]:
+def verdict_fields(verdict: Verdict, setting: str) -> dict[str, Any]:
     """A verdict as a line's judgement: its readings' probabilities, else its score; the exclusion reason of an
     excluded one, and the imported score where there is one."""
     stored = verdict.extra.get(R.IMPORTED_SCORE)
@@ -381,7 +382,7 @@ def verdict_fields(verdict: Verdict, setting: str) -> Dict[str, Any]:
     return {**why, **score} if verdict.excluded else {"score": verdict.score}
 
 
-def _finetune_json(record: CellRecord) -> Optional[Dict[str, Any]]:
+def _finetune_json(record: CellRecord) -> dict[str, Any] | None:
     cell = record.summary.cell
     if cell.get("finetune_task") in (None, "none"):
         return None
@@ -389,7 +390,7 @@ def _finetune_json(record: CellRecord) -> Optional[Dict[str, Any]]:
             "n_articles": cell.get("finetune_n_articles"), "seed": record.summary.block("finetune").get("seed")}
 
 
-def cell_lines(record: CellRecord) -> List[Dict[str, Any]]:
+def cell_lines(record: CellRecord) -> list[dict[str, Any]]:
     """A complete cell's items as lines, one per question judged (a not_in_file verdict has no line)."""
     cell = record.summary.cell
     setting, label = cell.get("setting") or "pairwise", cell.get("label") or "none"
@@ -415,7 +416,7 @@ def export_jsonl(sweep_dir: str | Path, path: str | Path) -> int:
     sweep_dir, path = Path(sweep_dir), Path(path)
     if not sweep_dir.is_dir():
         raise ImportInputError(f"{sweep_dir} is not a folder: nothing to export, nothing was written.")
-    lines: List[Dict[str, Any]] = []
+    lines: list[dict[str, Any]] = []
     for cell_dir in find_cell_dirs(sweep_dir):
         record = read_cell(cell_dir)
         if record.summary is not None and record.summary.complete:

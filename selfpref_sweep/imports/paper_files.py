@@ -21,7 +21,7 @@ import lzma
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from ..cell.dataset_loaders import PAPER_SOURCES, read_summaries_file
 from ..config import LabelName
@@ -56,11 +56,11 @@ class PaperModel:
 
     name: str  # verbatim, e.g. xsum_10_ft_gpt35
     base: str  # gpt4 | gpt35 | llama
-    task: Optional[str] = None  # the authors' task (2, 10, 500, always_1, ...); None: not fine-tuned
-    trained_on: Optional[str] = None  # xsum | cnn
+    task: str | None = None  # the authors' task (2, 10, 500, always_1, ...); None: not fine-tuned
+    trained_on: str | None = None  # xsum | cnn
 
     @classmethod
-    def parse(cls, name: str, where: str) -> "PaperModel":
+    def parse(cls, name: str, where: str) -> PaperModel:
         if name in BASES:
             return cls(name, name)
         m = _FT_NAME.match(name)
@@ -109,9 +109,9 @@ def _plain(rel: str) -> str:
     return rel[:-3] if rel.endswith(".xz") else rel
 
 
-def judgement_paths(root: Path) -> Dict[str, Path]:
+def judgement_paths(root: Path) -> dict[str, Path]:
     """rel (without .xz) -> path, for every JSON under the judgement folders; a plain .json wins over .xz."""
-    found: Dict[str, Path] = {}
+    found: dict[str, Path] = {}
     for folder in _FOLDERS:
         base = root / folder
         if not base.is_dir():
@@ -124,7 +124,7 @@ def judgement_paths(root: Path) -> Dict[str, Path]:
     return found
 
 
-def catalogue(root: Path) -> tuple[List[PaperFile], Dict[str, Path], List[str]]:
+def catalogue(root: Path) -> tuple[list[PaperFile], dict[str, Path], list[str]]:
     """The judgement files under ROOT (kind, dataset, evaluator), the raw Llama label files by dataset (not read:
     the Llama label files store the same values), and the JSON files under the judgement folders that match no
     known name (reported, not read)."""
@@ -162,7 +162,7 @@ def read_json(path: Path, rel: str) -> Any:
         raise ImportInputError(f"{rel} ({path}) could not be read ({exc}); nothing was written.") from exc
 
 
-def read_rows(pf: PaperFile, required: tuple[str, ...] = ("key", "model")) -> List[Dict[str, Any]]:
+def read_rows(pf: PaperFile, required: tuple[str, ...] = ("key", "model")) -> list[dict[str, Any]]:
     """A judgement file's rows: a JSON list of objects, each with ``required`` fields (else an error naming
     the file and the row)."""
     data = read_json(pf.path, pf.rel)
@@ -180,7 +180,7 @@ def read_rows(pf: PaperFile, required: tuple[str, ...] = ("key", "model")) -> Li
     return data
 
 
-def read_articles(root: Path, ds: str) -> List[str]:
+def read_articles(root: Path, ds: str) -> list[str]:
     """The dataset's article ids in the authors' order (their held-out filter is keys[N:]), read as the paper
     dataset reads them (dataset_loaders.read_summaries_file: a JSON object of id -> text, ids unique)."""
     path = root / "articles" / f"{ds}_train_articles.json"
@@ -192,7 +192,7 @@ def read_articles(root: Path, ds: str) -> List[str]:
     return [str(k) for k in read_summaries_file(path, f"The {ds} article file")]
 
 
-def read_summaries(root: Path, ds: str) -> Dict[str, Dict[str, Optional[str]]]:
+def read_summaries(root: Path, ds: str) -> dict[str, dict[str, str | None]]:
     """source key -> {article_id: summary}, for each source whose file is present (optional), read as the paper
     dataset reads them."""
     out = {}

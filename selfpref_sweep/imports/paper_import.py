@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from ..records.schema import CellCoordinates, Item, Verdict, transfer_of
 from . import paper_files as F
@@ -46,7 +47,7 @@ def _coordinates(model: F.PaperModel, source: str, ds: str, setting: str, label:
         transfer=transfer_of(task, ft_ds, F.dataset_name(ds)).value)
 
 
-def _warnings(model: F.PaperModel, kind: str) -> List[str]:
+def _warnings(model: F.PaperModel, kind: str) -> list[str]:
     out = []
     if model.name in SAME_MODEL_ID:
         out.append(DEFECT_SAME_ID)
@@ -68,24 +69,24 @@ class _Context:
 
     def __init__(self, root: Path, writer: SweepWriter, table: TableBuilder):
         self.root, self.writer, self.table = root, writer, table
-        self.articles: Dict[str, List[str]] = {}
-        self.summaries: Dict[str, Dict[str, Dict[str, str]]] = {}
-        self.files: List[Dict[str, Any]] = []
-        self.exclusions: Dict[str, int] = defaultdict(int)
+        self.articles: dict[str, list[str]] = {}
+        self.summaries: dict[str, dict[str, dict[str, str]]] = {}
+        self.files: list[dict[str, Any]] = []
+        self.exclusions: dict[str, int] = defaultdict(int)
         self.n_items = 0
 
-    def article_ids(self, ds: str) -> List[str]:
+    def article_ids(self, ds: str) -> list[str]:
         if ds not in self.articles:
             self.articles[ds] = F.read_articles(self.root, ds)
             self.summaries[ds] = F.read_summaries(self.root, ds)
         return self.articles[ds]
 
-    def held_out(self, model: F.PaperModel, ds: str) -> List[str]:
+    def held_out(self, model: F.PaperModel, ds: str) -> list[str]:
         """The articles the evaluator was evaluated on: all, or keys[N:] for a fine-tune (its training articles
         come first in the article order, as the authors filter them)."""
         return self.article_ids(ds)[model.n_articles:]
 
-    def summary(self, ds: str, source: str, article: str) -> Optional[str]:
+    def summary(self, ds: str, source: str, article: str) -> str | None:
         return self.summaries.get(ds, {}).get(source, {}).get(article)
 
     def write(self, cell: ImportedCell) -> None:
@@ -98,12 +99,12 @@ class _Context:
 
 
 def _index(rows: Sequence[Mapping[str, Any]], target: str, keep: set, training: set
-           ) -> Tuple[Dict[Tuple[str, str], Tuple[int, Mapping[str, Any]]], Dict[str, int]]:
+           ) -> tuple[dict[tuple[str, str], tuple[int, Mapping[str, Any]]], dict[str, int]]:
     """(article, source) -> (row number, row) over the rows on held-out articles; the rest counted by why:
     rows on the fine-tune's training articles, on articles not in the dataset, and repeated (article, source)
     rows (the first is kept)."""
-    out: Dict[Tuple[str, str], Tuple[int, Mapping[str, Any]]] = {}
-    left: Dict[str, int] = defaultdict(int)
+    out: dict[tuple[str, str], tuple[int, Mapping[str, Any]]] = {}
+    left: dict[str, int] = defaultdict(int)
     for i, row in enumerate(rows):
         key, src = str(row["key"]), str(row[target])
         if key not in keep:
@@ -116,7 +117,7 @@ def _index(rows: Sequence[Mapping[str, Any]], target: str, keep: set, training: 
 
 
 def _item(ctx: _Context, model: F.PaperModel, ds: str, source: str, article: str,
-          verdicts: Dict[str, Verdict], origin: Dict[str, Any]) -> Item:
+          verdicts: dict[str, Verdict], origin: dict[str, Any]) -> Item:
     c = (model.evaluator, F.source_name(source), F.dataset_name(ds))
     item = Item(article, *c, None, False, ctx.summary(ds, model.base, article), ctx.summary(ds, source, article),
                 verdicts)
@@ -134,19 +135,19 @@ def _cell(model: F.PaperModel, source: str, ds: str, setting: str, label: str, k
                                         "note": f"the published {model.base} summaries (the paper's own)"})
 
 
-def _other_sources(model: F.PaperModel) -> List[str]:
+def _other_sources(model: F.PaperModel) -> list[str]:
     return [s for s in F.SOURCES if s != model.base]
 
 
-def _meta(model: F.PaperModel, ds: str, setting: str, label: str) -> Dict[str, Any]:
+def _meta(model: F.PaperModel, ds: str, setting: str, label: str) -> dict[str, Any]:
     """paper_table.csv's leading columns for one evaluator and condition."""
     return {"evaluator": model.name, "base": model.base, "finetune_task": model.finetune_task,
             "finetune_n_articles": model.n_articles or None, "trained_on": model.trained_on, "dataset": ds,
             "setting": setting, "label": label}
 
 
-def _rows_of(ctx: _Context, pf: Optional[F.PaperFile], target: str
-             ) -> Tuple[Dict[Tuple[str, str], Tuple[int, Mapping[str, Any]]], Dict[str, int]]:
+def _rows_of(ctx: _Context, pf: F.PaperFile | None, target: str
+             ) -> tuple[dict[tuple[str, str], tuple[int, Mapping[str, Any]]], dict[str, int]]:
     """A file's rows on the evaluator's held-out articles, indexed by (article, ``target`` source)."""
     if pf is None:
         return {}, {}
@@ -162,11 +163,11 @@ def _rows_of(ctx: _Context, pf: Optional[F.PaperFile], target: str
 
 def _group(ctx: _Context, model: F.PaperModel, ds: str, setting: str, label: str, kind: str,
            files: Sequence[F.PaperFile], left_out: Mapping[str, int],
-           judge: Callable[[str, str], Tuple[Dict[str, Verdict], Dict[str, Any]]], pooled_authors: str) -> None:
+           judge: Callable[[str, str], tuple[dict[str, Verdict], dict[str, Any]]], pooled_authors: str) -> None:
     """One file group's cells (one per other source), written, and their rows of the table.
     ``judge(article, source)`` -> (verdict per question, origin rows)."""
     questions = ("recognition", "preference")
-    by_question: Dict[str, Dict[str, List[Tuple[str, Verdict]]]] = {q: {} for q in questions}
+    by_question: dict[str, dict[str, list[tuple[str, Verdict]]]] = {q: {} for q in questions}
     for source in _other_sources(model):
         cell = _cell(model, source, ds, setting, label, kind, questions, files, left_out)
         for article in ctx.held_out(model, ds):
@@ -196,7 +197,7 @@ def _pairwise(ctx: _Context, pf: F.PaperFile) -> None:
     _group(ctx, pf.model, pf.dataset, "pairwise", "none", F.PAIRWISE, [pf], left, judge, "pairs")
 
 
-def _individual(ctx: _Context, rec: Optional[F.PaperFile], score: Optional[F.PaperFile]) -> None:
+def _individual(ctx: _Context, rec: F.PaperFile | None, score: F.PaperFile | None) -> None:
     model, ds = (rec or score).model, (rec or score).dataset
     indexes = {"recognition": _rows_of(ctx, rec, "target_model"), "preference": _rows_of(ctx, score, "target_model")}
     left = {f"{q}:{k}": n for q, (_, lo) in indexes.items() for k, n in lo.items()}
@@ -213,7 +214,7 @@ def _individual(ctx: _Context, rec: Optional[F.PaperFile], score: Optional[F.Pap
     _group(ctx, model, ds, "individual", "none", F.RECOGNITION, files, left, judge, "sources")
 
 
-def _label(ctx: _Context, pf: F.PaperFile, unlabelled: Optional[F.PaperFile]) -> None:
+def _label(ctx: _Context, pf: F.PaperFile, unlabelled: F.PaperFile | None) -> None:
     """A label condition: preference from the label file (as P(own)); recognition, whose prompt carries no labels,
     from the unlabelled pairwise run of the same evaluator on the same items."""
     index, left = _rows_of(ctx, pf, "model")
@@ -233,7 +234,7 @@ def _label(ctx: _Context, pf: F.PaperFile, unlabelled: Optional[F.PaperFile]) ->
 
 def _groups(files: Sequence[F.PaperFile]):
     """The file groups in a stable order: pairwise files, individual (recognition, score) pairs, label files."""
-    by_kind: Dict[str, Dict[Tuple[str, str, str], F.PaperFile]] = defaultdict(dict)
+    by_kind: dict[str, dict[tuple[str, str, str], F.PaperFile]] = defaultdict(dict)
     for f in files:
         by_kind[f.kind][(f.dataset, f.model.name, f.label)] = f
     pairwise = by_kind[F.PAIRWISE]
@@ -244,7 +245,7 @@ def _groups(files: Sequence[F.PaperFile]):
 
 
 def import_paper(root: str | Path, out: str | Path, replace: bool = False,
-                 progress: Callable[[str], None] = lambda _msg: None) -> Dict[str, Any]:
+                 progress: Callable[[str], None] = lambda _msg: None) -> dict[str, Any]:
     """Import every judgement file under ``root`` into the sweep folder ``out``; returns the manifest."""
     root = Path(root).expanduser()
     if not root.is_dir():
@@ -272,8 +273,8 @@ def import_paper(root: str | Path, out: str | Path, replace: bool = False,
     return manifest
 
 
-def _manifest(root: Path, ctx: _Context, unknown: Iterable[str], raw: Mapping[str, Path]) -> Dict[str, Any]:
-    left: Dict[str, int] = defaultdict(int)
+def _manifest(root: Path, ctx: _Context, unknown: Iterable[str], raw: Mapping[str, Path]) -> dict[str, Any]:
+    left: dict[str, int] = defaultdict(int)
     for f in ctx.files:
         for k, n in f["rows_left_out"].items():
             left[k] += n

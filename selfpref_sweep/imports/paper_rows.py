@@ -16,7 +16,8 @@ reading made wherever the stored fields allow it.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from ..records.schema import Verdict
 from . import readings as R
@@ -54,7 +55,7 @@ def stores_complement(pf) -> bool:
     return (pf.label, pf.dataset, pf.model.name) in COMPLEMENT_FILES
 
 
-def _token_choice(forward: Any, backward: Any) -> Optional[bool]:
+def _token_choice(forward: Any, backward: Any) -> bool | None:
     """Whether the two orders' top answers name the same summary (position-consistent); None when either is not
     an answer."""
     if forward not in R.PAIR_ANSWERS or backward not in R.PAIR_ANSWERS:
@@ -62,7 +63,7 @@ def _token_choice(forward: Any, backward: Any) -> Optional[bool]:
     return forward != backward  # forward "1" = own, backward "2" = own
 
 
-def pairwise_verdict(row: Mapping[str, Any], question: str, origin: Dict[str, Any]) -> Verdict:
+def pairwise_verdict(row: Mapping[str, Any], question: str, origin: dict[str, Any]) -> Verdict:
     """One question of a pairwise row (results/): Llama rows from their raw outputs, GPT rows from the stored
     score."""
     name, score_field = FIELDS[question]
@@ -88,7 +89,7 @@ def pairwise_verdict(row: Mapping[str, Any], question: str, origin: Dict[str, An
     return R.stored_pair(stored, consistent, **extra)
 
 
-def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: Dict[str, Any]) -> Verdict:
+def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: dict[str, Any]) -> Verdict:
     """The preference of a label-condition row, as P(own): the stored value, or 1 minus it in the files that
     store the complement."""
     stored = R.finite(row.get("self_preference"))
@@ -138,8 +139,8 @@ def score_reading(row: Mapping[str, Any]):
 STORED_VALUE = {"recognition": "recognition_score", "preference": "score"}
 
 
-def individual_verdict(own_row: Optional[Mapping[str, Any]], other_row: Optional[Mapping[str, Any]],
-                       question: str, origin: Dict[str, Any]) -> Verdict:
+def individual_verdict(own_row: Mapping[str, Any] | None, other_row: Mapping[str, Any] | None,
+                       question: str, origin: dict[str, Any]) -> Verdict:
     """own / (own + other) for one article from its two rows (either may be missing: excluded, counted)."""
     if own_row is None or other_row is None:
         return R.excluded(NO_ROW, authors_missing="own" if own_row is None else "other", **origin)

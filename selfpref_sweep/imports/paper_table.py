@@ -13,7 +13,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ ALL = "all"
 CONFIDENCE = 0.95
 
 
-def _authors(verdicts: Sequence[Verdict]) -> List[float]:
+def _authors(verdicts: Sequence[Verdict]) -> list[float]:
     return [float(v.extra[R.IMPORTED_SCORE]) for v in verdicts if R.finite(v.extra.get(R.IMPORTED_SCORE)) is not None]
 
 
@@ -39,7 +40,7 @@ def _mean(values: Sequence[float]) -> Any:
     return float(np.mean(values)) if len(values) else None
 
 
-def _ci(est: float, low: float, high: float) -> Tuple[Any, Any, Any]:
+def _ci(est: float, low: float, high: float) -> tuple[Any, Any, Any]:
     """The mean and its interval taken on the logit scale (once: as a cell's own); None where there is none."""
     low, high = logit_interval(est, low, high)
     return est, (None if np.isnan(low) else float(low)), (None if np.isnan(high) else float(high))
@@ -49,10 +50,10 @@ class TableBuilder:
     """Rows of paper_table.csv, added one (evaluator, dataset, setting, label, question) group at a time."""
 
     def __init__(self) -> None:
-        self.rows: List[Dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
 
     def add(self, meta: Mapping[str, Any], question: str,
-            by_source: Mapping[str, Sequence[Tuple[str, Verdict]]], pooled_authors: str) -> None:
+            by_source: Mapping[str, Sequence[tuple[str, Verdict]]], pooled_authors: str) -> None:
         """``by_source``: source -> (article, verdict) of every item; ``pooled_authors``: "pairs" (the mean over
         all pairs) or "sources" (the mean of the per-source means)."""
         per_source_authors = []
@@ -93,7 +94,7 @@ class TableBuilder:
         self.rows.append(row)
 
     @staticmethod
-    def _row(meta, question, source, n, excluded, authors, authors_mean, reading) -> Dict[str, Any]:
+    def _row(meta, question, source, n, excluded, authors, authors_mean, reading) -> dict[str, Any]:
         return {**meta, "question": question, "source": source, "n": n, "excluded": excluded,
                 "authors_n": len(authors), "authors_mean": authors_mean, "mean": None, "ci_low": None,
                 "ci_high": None, "reading": reading, "note": ""}

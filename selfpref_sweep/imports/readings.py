@@ -8,7 +8,8 @@ Where only a score was stored (no probability of each answer), the verdict carri
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from ..cell.scoring import individual_reading, individual_verdict, unjudged_verdict
 from ..models.base import AnswerDistribution
@@ -28,7 +29,7 @@ READ_STORED = "stored score"  # only a score was stored: taken as it is (not ren
 READ_STORED_VALUES = "stored values"  # individual: each summary's stored value, the project's ratio of them
 
 
-def finite(value: Any) -> Optional[float]:
+def finite(value: Any) -> float | None:
     """A finite float, else None (a missing, non-numeric or NaN value)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -36,7 +37,7 @@ def finite(value: Any) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
-def probabilities(raw: Any, answers) -> Optional[Dict[str, float]]:
+def probabilities(raw: Any, answers) -> dict[str, float] | None:
     """{answer: probability} for each answer (a missing answer has probability 0), or None when ``raw`` is
     not a mapping of finite probabilities in [0, 1]."""
     if not isinstance(raw, Mapping):
@@ -55,7 +56,7 @@ def order_reading(probs: Mapping[str, float], own_position: int) -> OrderReading
     return score_order(AnswerDistribution(dict(probs), method=METHOD), own_position, PAIR_ANSWERS)
 
 
-def pair_from_probs(forward: Mapping[str, float], backward: Mapping[str, float], stored: Optional[float],
+def pair_from_probs(forward: Mapping[str, float], backward: Mapping[str, float], stored: float | None,
                     **extra: Any) -> Verdict:
     """The project's pairwise verdict from both orders' answer probabilities (forward: own summary first)."""
     verdict = pair_verdict(order_reading(forward, 1), order_reading(backward, 2), 0.0)
@@ -63,7 +64,7 @@ def pair_from_probs(forward: Mapping[str, float], backward: Mapping[str, float],
     return verdict
 
 
-def stored_pair(stored: float, consistent: Optional[bool] = None, **extra: Any) -> Verdict:
+def stored_pair(stored: float, consistent: bool | None = None, **extra: Any) -> Verdict:
     """A pairwise verdict from a stored score alone."""
     return Verdict(float(stored), None, False, None, consistent,
                    extra={IMPORTED_SCORE: float(stored), READING: READ_STORED, **extra})

@@ -38,8 +38,9 @@ import dataclasses
 import functools
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +48,7 @@ from ..errors import ConfigError
 from ..registry import Registry
 
 # name -> "module:Class"; order is the order of the printed result and of the analysis columns.
-MEASUREMENTS: Dict[str, str] = {
+MEASUREMENTS: dict[str, str] = {
     "competence": "selfpref_sweep.measurements.competence.competence_cell:CompetenceMeasurement",
     "familiarity": "selfpref_sweep.measurements.familiarity.familiarity_cell:FamiliarityMeasurement",
     "placebo": "selfpref_sweep.measurements.placebo.placebo_cell:PlaceboMeasurement",
@@ -61,7 +62,7 @@ ENV_VAR = "SELFPREF_MEASUREMENTS"
 # the config (kept from when they were its base classes; a new one's go last). A plug-in declares its settings the
 # same way, through the registry below (an entry point or $SELFPREF_MEASUREMENT_SETTINGS), and they are read from
 # the open block judge.measurements.<name>, so the schema does not change with what is installed.
-MEASUREMENT_SETTINGS: Dict[str, str] = {
+MEASUREMENT_SETTINGS: dict[str, str] = {
     "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_settings:SurfaceSettings",
     "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier.classifier_settings:ClassifierSettings",
     "placebo": "selfpref_sweep.measurements.placebo.placebo_settings:PlaceboSettings",
@@ -77,11 +78,11 @@ class Stage:
 
     enabled: bool
     reason: str
-    answer_items: List[Any] = field(default_factory=list)  # cell.judging.ItemRequests
+    answer_items: list[Any] = field(default_factory=list)  # cell.judging.ItemRequests
     state: Any = None  # the measurement's own object (e.g. the competence control, the familiarity stage)
-    records: Dict[str, Any] = field(default_factory=dict)  # article id -> the item's record, once scored
+    records: dict[str, Any] = field(default_factory=dict)  # article id -> the item's record, once scored
 
-    def plan_block(self, n_requests: int) -> Dict[str, Any]:
+    def plan_block(self, n_requests: int) -> dict[str, Any]:
         return {"enabled": self.enabled, "requests": n_requests, "reason": self.reason}
 
 
@@ -106,15 +107,15 @@ class Measurement(ABC):
         mode's stand-in)."""
 
     @abstractmethod
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         """article id -> the item's record, from the answer distributions of the cell's batch (`dists`); a
         measurement that asks more of the judge (e.g. scoring given text) makes those calls here."""
 
     @abstractmethod
-    def summarize(self, stage: Stage, inputs: Any, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs: Any, n_items: int) -> dict[str, Any]:
         """summary.json's block."""
 
-    def summarize_items(self, stage: Stage, inputs: Any, items: Sequence[Any]) -> Dict[str, Any]:
+    def summarize_items(self, stage: Stage, inputs: Any, items: Sequence[Any]) -> dict[str, Any]:
         """summary.json's block, for a measurement that also reads the cell's own verdicts (`items`: the
         cell's record.Item list, recognition and preference included); by default `summarize`."""
         return self.summarize(stage, inputs, len(items))
@@ -128,23 +129,23 @@ class Measurement(ABC):
         return ()
 
     # --- the record, read back ------------------------------------------------------------------------
-    def format(self, block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, block: dict[str, Any] | None) -> str | None:
         """The block's line in the printed cell result (None: nothing to print)."""
         return None
 
-    def cell_columns(self, block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, block: dict[str, Any]) -> dict[str, Any]:
         """The summary.json block flattened into the analysis' cell frame ({} block: an older cell)."""
         return {}
 
-    def item_columns(self, record: Any) -> Dict[str, Any]:
+    def item_columns(self, record: Any) -> dict[str, Any]:
         """The item's record flattened into the analysis' item frame and the W&B item table."""
         return {}
 
-    def table_columns(self, record: Any) -> Dict[str, Any]:
+    def table_columns(self, record: Any) -> dict[str, Any]:
         """The item's record in the W&B item table (by default its analysis columns)."""
         return self.item_columns(record)
 
-    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+    def view(self, record: Any) -> dict[str, Any] | None:
         """The item's record as the item viewer shows it (a small label -> value dict), None: not shown."""
         return None
 
@@ -162,7 +163,7 @@ def measurement(name: str) -> Measurement:
     return REGISTRY.resolve(name)()
 
 
-def registered() -> List[Measurement]:
+def registered() -> list[Measurement]:
     """Every registered measurement: built-ins first, then the entry points', then the environment's. Resolved
     once per set of entries (the cell's records and the readers ask per item); measurements keep their per-cell
     state in their Stage, so one instance serves every cell."""
@@ -170,11 +171,11 @@ def registered() -> List[Measurement]:
 
 
 @functools.lru_cache(maxsize=8)
-def _registered(entries: Tuple[Tuple[str, str], ...]) -> Tuple[Measurement, ...]:
+def _registered(entries: tuple[tuple[str, str], ...]) -> tuple[Measurement, ...]:
     return tuple(measurement(name) for name, _ in entries)
 
 
-def settings_class(name: str) -> Optional[type]:
+def settings_class(name: str) -> type | None:
     """The dataclass a measurement declares its settings with (SETTINGS_REGISTRY: built-ins, entry points, the
     environment), its module imported now; None when it declares none. A ConfigError when it is not a dataclass."""
     entries = SETTINGS_REGISTRY.entries()
@@ -215,12 +216,12 @@ def number(value: Any) -> float:
     return out if math.isfinite(out) else math.nan
 
 
-def flag(value: Any) -> Optional[bool]:
+def flag(value: Any) -> bool | None:
     """A record's yes/no value as a bool (numpy's bool too); None when absent or not a bool (older records)."""
     return bool(value) if isinstance(value, (bool, np.bool_)) else None
 
 
-def block(record: Any, *path: str) -> Dict[str, Any]:
+def block(record: Any, *path: str) -> dict[str, Any]:
     """A nested dict of a record, {} when absent or malformed (older cells lack the newer blocks)."""
     node: Any = record
     for key in path:
@@ -241,6 +242,6 @@ def estimate_text(stats: Mapping[str, Any], key: str = "mean") -> str:
     return "n/a" if stats.get(key) is None else f"{stats[key]:.3f}{interval_text(stats)}"
 
 
-def numbers(source: Dict[str, Any], prefix: str, fields: Mapping[str, str]) -> Dict[str, float]:
+def numbers(source: dict[str, Any], prefix: str, fields: Mapping[str, str]) -> dict[str, float]:
     """{prefix_column: the block's number under key} for each column: key of ``fields`` (NaN when absent)."""
     return {f"{prefix}_{column}": number(source.get(key)) for column, key in fields.items()}

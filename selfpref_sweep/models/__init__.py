@@ -35,7 +35,7 @@ def backend_class(name: str):
     return REGISTRY.resolve(name)
 
 
-def load_model(model_cfg: Any, store: "Store", model_cache: str, show_progress: bool = True) -> "CachedModel":
+def load_model(model_cfg: Any, store: Store, model_cache: str, show_progress: bool = True) -> CachedModel:
     """A cached handle on the model (`model_cfg`: a config.ModelConfig); weights load only when a call misses the
     cache, and come from the process's model pool (models/pool.py) when an earlier cell loaded the same model with
     the same config."""

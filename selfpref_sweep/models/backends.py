@@ -13,9 +13,8 @@ A plug-in backend (an entry point, $SELFPREF_BACKENDS) has no settings of its ow
 does not change with what is installed.
 """
 
-from typing import Dict
 
-BACKENDS: Dict[str, str] = {
+BACKENDS: dict[str, str] = {
     "local": "selfpref_sweep.models.local:LocalModel",
     "openai": "selfpref_sweep.models.openai.openai_api:OpenAIModel",  # OpenAI and OpenAI-compatible servers
     "vllm": "selfpref_sweep.models.vllm.vllm_engine:VLLMModel",  # vLLM in this process (a vLLM server: openai)
@@ -23,7 +22,7 @@ BACKENDS: Dict[str, str] = {
 
 # "module:Class", in the order of their fields in the config (kept from when they were its base classes); a new
 # backend's go last.
-BACKEND_SETTINGS: Dict[str, str] = {
+BACKEND_SETTINGS: dict[str, str] = {
     "openai": "selfpref_sweep.models.openai.openai_settings:OpenAISettings",
     "vllm": "selfpref_sweep.models.vllm.vllm_settings:VllmSettings",
     "local": "selfpref_sweep.models.local.local_settings:LocalSettings",

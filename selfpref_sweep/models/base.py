@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class ModelIdentity:
     backend: str
     weights: str  # e.g. "hf:meta-llama/Llama-2-7b-chat-hf@main" or "gguf:<module versions>"
     dtype: str = ""
-    adapter: Optional[str] = None  # fine-tuned adapter fingerprint; None for the base model
+    adapter: str | None = None  # fine-tuned adapter fingerprint; None for the base model
     # The backend's computation version (its module's BACKEND_VERSION): bumped when a change to the
     # backend changes results (e.g. the float32 output layer of the local backend), so old cache
     # entries are not served.
@@ -67,7 +67,7 @@ class GenerationDecoding:
     """The settings that change a generated text. Greedy (temperature 0) by default, as in the paper."""
 
     max_new_tokens: int = 100
-    stop: Tuple[str, ...] = ()
+    stop: tuple[str, ...] = ()
     temperature: float = 0.0
 
 
@@ -77,16 +77,16 @@ class JudgeDecoding:
     counts), how many top logprobs an API returns (None: not applicable, e.g. a local model's full
     distribution), and how many samples estimate it when an API gives no logprobs (0: none)."""
 
-    answers: Tuple[str, ...]  # e.g. ("1", "2")
-    top_logprobs: Optional[int] = None
+    answers: tuple[str, ...]  # e.g. ("1", "2")
+    top_logprobs: int | None = None
     sample_fallback_k: int = 0
 
 
 @dataclass(frozen=True)
 class GenerateRequest:
     model: ModelIdentity
-    messages: Tuple[Message, ...] = ()  # chat models
-    prompt: Optional[str] = None  # completion models (no chat template)
+    messages: tuple[Message, ...] = ()  # chat models
+    prompt: str | None = None  # completion models (no chat template)
     decoding: GenerationDecoding = GenerationDecoding()
     kind: str = "generate"
 
@@ -95,7 +95,7 @@ class GenerateRequest:
         return self.decoding.max_new_tokens
 
     @property
-    def stop(self) -> Tuple[str, ...]:
+    def stop(self) -> tuple[str, ...]:
         return self.decoding.stop
 
     def cache_key(self) -> str:
@@ -107,12 +107,12 @@ class AnswerRequest:
     """The next-token distribution at the answer position, summed per answer over all spellings."""
 
     model: ModelIdentity
-    messages: Tuple[Message, ...]
+    messages: tuple[Message, ...]
     decoding: JudgeDecoding
     kind: str = "answer_distribution"
 
     @property
-    def answers(self) -> Tuple[str, ...]:
+    def answers(self) -> tuple[str, ...]:
         return self.decoding.answers
 
     def cache_key(self) -> str:
@@ -126,8 +126,8 @@ class SequenceRequest:
 
     model: ModelIdentity
     continuation: str
-    messages: Tuple[Message, ...] = ()  # chat models
-    prompt: Optional[str] = None  # completion models (no chat template)
+    messages: tuple[Message, ...] = ()  # chat models
+    prompt: str | None = None  # completion models (no chat template)
     kind: str = "sequence_logprobs"
 
     def cache_key(self) -> str:
@@ -144,7 +144,7 @@ class Generation:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "Generation":
+    def from_json(cls, d: dict) -> Generation:
         return cls(**d)
 
 
@@ -160,18 +160,18 @@ def spells_answer(token: str, answer: str) -> bool:
 class AnswerDistribution:
     """Raw (un-renormalized) probability of each answer, and how it was obtained."""
 
-    probs: Dict[str, float]
+    probs: dict[str, float]
     # How the probabilities were read: "full_distribution" (local), "full_distribution+split" (local, with
     # a second position after whitespace-only tokens), "logprobs" (API top_logprobs), "sampled"
     # (estimated from k samples), "unavailable".
     method: str = "full_distribution"
-    top_tokens: List[Tuple[str, float]] = field(default_factory=list)  # diagnostics
+    top_tokens: list[tuple[str, float]] = field(default_factory=list)  # diagnostics
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    missing_reason: Optional[str] = None  # why there is no probability on the answers, if so
+    missing_reason: str | None = None  # why there is no probability on the answers, if so
     # Answers whose probability is an upper bound, not a reading: an API answer absent from the top logprobs
     # is valued at the smallest listed probability, which no unlisted token exceeds. Empty: every value read.
-    bounded: List[str] = field(default_factory=list)
+    bounded: list[str] = field(default_factory=list)
 
     @property
     def mass(self) -> float:
@@ -189,7 +189,7 @@ class AnswerDistribution:
         }
 
     @classmethod
-    def from_json(cls, d: dict) -> "AnswerDistribution":
+    def from_json(cls, d: dict) -> AnswerDistribution:
         return cls(
             probs={k: float(v) for k, v in d["probs"].items()},
             method=d.get("method", "full_distribution"),
@@ -210,7 +210,7 @@ class SequenceLogprobs:
     prompt_tokens: int = 0
 
     @property
-    def mean(self) -> Optional[float]:
+    def mean(self) -> float | None:
         """Mean log-probability per token; None for an empty continuation."""
         return self.total / self.n_tokens if self.n_tokens else None
 
@@ -218,7 +218,7 @@ class SequenceLogprobs:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict) -> "SequenceLogprobs":
+    def from_json(cls, d: dict) -> SequenceLogprobs:
         return cls(total=float(d["total"]), n_tokens=int(d["n_tokens"]), prompt_tokens=int(d.get("prompt_tokens", 0)))
 
 
@@ -228,7 +228,7 @@ def option(cfg, key: str, default=None):
     return default if value is None else value
 
 
-def adapter_fingerprint(cfg) -> Optional[str]:
+def adapter_fingerprint(cfg) -> str | None:
     """The fine-tune fingerprint of a model config's adapter (None for a base model)."""
     adapter = getattr(cfg, "adapter", None)
     return None if adapter is None else str(adapter.fingerprint)
@@ -264,7 +264,7 @@ class ModelAPI(ABC):
         raise NotImplementedError(f"{cls.__name__} does not define identity_for(cfg)")
 
     @classmethod
-    def judge_settings(cls, cfg) -> Dict[str, object]:
+    def judge_settings(cls, cfg) -> dict[str, object]:
         """The model's judging settings that belong in JudgeDecoding (beyond the answers)."""
         return {}
 
@@ -274,7 +274,7 @@ class ModelAPI(ABC):
         return True
 
     @classmethod
-    def top_logprobs(cls, cfg) -> Optional[int]:
+    def top_logprobs(cls, cfg) -> int | None:
         """How many top logprobs a judging call returns; None: the whole next-token distribution."""
         return None
 
@@ -286,29 +286,29 @@ class ModelAPI(ABC):
         return False
 
     @classmethod
-    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+    def preflight_problems(cls, cfg, model_cache: str) -> list[tuple[str, str]]:
         """(kind, message) per problem that would make this model's calls fail (kind: "api_key", "weights",
         ...), found without loading the model or making a real call."""
         return []
 
     @abstractmethod
-    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[tuple[GenerateRequest, Generation]]:
         ...
 
     @abstractmethod
     def answer_distributions(
         self, requests: Sequence[AnswerRequest]
-    ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+    ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         ...
 
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
-                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+                          ) -> Iterator[tuple[SequenceRequest, SequenceLogprobs]]:
         """Optional: the log-likelihood of each request's continuation. Backends that cannot score a given
         text (chat APIs give logprobs of generated tokens only) leave it out; see sequence_logprobs_support."""
         raise NotImplementedError(f"{type(self).__name__} does not score given text")
 
     @classmethod
-    def sequence_logprobs_support(cls, cfg) -> Tuple[bool, str]:
+    def sequence_logprobs_support(cls, cfg) -> tuple[bool, str]:
         """(can it score given text?, why): by default, whether the backend implements sequence_logprobs; a
         backend whose answer depends on the config (a server) decides per cfg. The reason names how."""
         if cls.sequence_logprobs is not ModelAPI.sequence_logprobs:
@@ -319,9 +319,9 @@ class ModelAPI(ABC):
         pass
 
 
-def unique(requests: Iterable) -> List:
+def unique(requests: Iterable) -> list:
     """Requests in first-seen order without duplicates."""
-    seen: Dict[object, None] = {}
+    seen: dict[object, None] = {}
     for r in requests:
         seen.setdefault(r, None)
     return list(seen)

@@ -7,22 +7,32 @@ one (written before this rule) counts as a miss."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import asdict
-from typing import Callable, Dict, Optional, Sequence
 
 from tqdm.auto import tqdm
 
 from ..store import Store
-from .base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, JudgeDecoding, ModelAPI,
-                   ModelIdentity, SequenceLogprobs, SequenceRequest, unique)
+from .base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    Generation,
+    JudgeDecoding,
+    ModelAPI,
+    ModelIdentity,
+    SequenceLogprobs,
+    SequenceRequest,
+    unique,
+)
 
 # missing_reason values of an AnswerDistribution that describe the call, not the model's answer.
 FAILURE_REASONS = frozenset({"no_logprobs", "error"})
 
 # The call store whose misses the backend is serving right now (set while a CachedModel iterates its
 # backend): a backend that records work in flight, the OpenAI Batch API's batch ids, keeps it beside it.
-CALL_STORE: ContextVar[Optional[Store]] = ContextVar("selfpref_call_store", default=None)
+CALL_STORE: ContextVar[Store | None] = ContextVar("selfpref_call_store", default=None)
 
 
 # request kind -> the type of its stored result
@@ -37,7 +47,7 @@ def is_failure(result: object) -> bool:
         result.method == "unavailable" or result.missing_reason in FAILURE_REASONS)
 
 
-def stored_result(store: Store, request) -> Optional[object]:
+def stored_result(store: Store, request) -> object | None:
     """The stored genuine result of a request; None when there is none (or only a failure outcome)."""
     value = store.get(request.cache_key())
     if value is None:
@@ -51,13 +61,13 @@ class CachedModel:
     so a fully cached re-run never loads a model."""
 
     def __init__(self, identity: ModelIdentity, factory: Callable[[], ModelAPI], store: Store,
-                 show_progress: bool = True, judge_settings: Optional[Dict[str, object]] = None,
-                 release: Optional[Callable[[ModelAPI, bool], None]] = None):
+                 show_progress: bool = True, judge_settings: dict[str, object] | None = None,
+                 release: Callable[[ModelAPI, bool], None] | None = None):
         self.identity = identity
         self._release = release  # hands the backend back to the model pool instead of closing it
         self.judge_settings = dict(judge_settings or {})
         self._factory = factory
-        self._backend: Optional[ModelAPI] = None
+        self._backend: ModelAPI | None = None
         self.store = store
         self.show_progress = show_progress
         self.calls = 0  # calls not served from the cache
@@ -75,9 +85,9 @@ class CachedModel:
             self._backend = self._factory()
         return self._backend
 
-    def _run(self, requests, kind: str, call, desc: str) -> Dict:
+    def _run(self, requests, kind: str, call, desc: str) -> dict:
         requests = unique(requests)
-        results: Dict = {}
+        results: dict = {}
         misses = []
         for req in requests:
             hit = stored_result(self.store, req)
@@ -105,19 +115,19 @@ class CachedModel:
             bar.close()
         return results
 
-    def cached(self, request) -> Optional[object]:
+    def cached(self, request) -> object | None:
         """The stored result of a request, without calling the model (plan mode)."""
         return stored_result(self.store, request)
 
-    def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> Dict[GenerateRequest, Generation]:
+    def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> dict[GenerateRequest, Generation]:
         return self._run(requests, "generate", lambda r: self.backend.generate(r), desc)
 
     def answer_distributions(self, requests: Sequence[AnswerRequest], desc: str = "judge"
-                             ) -> Dict[AnswerRequest, AnswerDistribution]:
+                             ) -> dict[AnswerRequest, AnswerDistribution]:
         return self._run(requests, "answer_distribution", lambda r: self.backend.answer_distributions(r), desc)
 
     def sequence_logprobs(self, requests: Sequence[SequenceRequest], desc: str = "log-likelihood"
-                          ) -> Dict[SequenceRequest, SequenceLogprobs]:
+                          ) -> dict[SequenceRequest, SequenceLogprobs]:
         return self._run(requests, "sequence_logprobs", lambda r: self.backend.sequence_logprobs(r), desc)
 
     def close(self, keep: bool = True) -> None:

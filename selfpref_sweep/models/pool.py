@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Callable, Hashable
 
 from .base import ModelAPI
 
@@ -33,7 +33,7 @@ class _Entry:
 class ModelPool:
     def __init__(self, budget_bytes: int = 0):
         self.budget_bytes = int(budget_bytes)
-        self._entries: "OrderedDict[Hashable, _Entry]" = OrderedDict()  # least recently used first
+        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()  # least recently used first
         self.loads = 0  # backends built (misses)
         self.reuses = 0  # backends lent again (hits)
 

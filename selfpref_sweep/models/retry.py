@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is capped; the retry budget then decides
 MAX_BACKOFF_S = 30.0
 _TRANSIENT_STATUS = {408, 409, 429}  # plus every 5xx
 
 
-def status_code(exc: BaseException) -> Optional[int]:
+def status_code(exc: BaseException) -> int | None:
     return getattr(exc, "status_code", None)
 
 
-def error_code(exc: BaseException) -> Optional[str]:
+def error_code(exc: BaseException) -> str | None:
     """The API's error code ("insufficient_quota", "model_not_found", ...), if the error carries one."""
     code = getattr(exc, "code", None)
     body = getattr(exc, "body", None)
@@ -48,7 +49,7 @@ def is_transient(exc: BaseException) -> bool:
     return status in _TRANSIENT_STATUS or status >= 500
 
 
-def retry_after_s(exc: BaseException) -> Optional[float]:
+def retry_after_s(exc: BaseException) -> float | None:
     """Seconds the server asked us to wait, if it said: OpenAI's retry-after-ms, else the standard
     Retry-After (delay-seconds or an HTTP date, parsed by urllib3)."""
     from urllib3.exceptions import InvalidHeader
@@ -73,7 +74,7 @@ def retry_after_s(exc: BaseException) -> Optional[float]:
 
 
 def retrying(max_retries: int, backoff_s: float, retry_on: Callable[[BaseException], bool],
-             sleep: Callable[[float], Any], before_sleep: Optional[Callable] = None):
+             sleep: Callable[[float], Any], before_sleep: Callable | None = None):
     """A tenacity `Retrying` with this policy: at most `max_retries` retries of what `retry_on` accepts,
     waiting Retry-After when the server gave one (capped, with a little jitter so that parallel requests
     do not return at once), otherwise exponential backoff with jitter from `backoff_s`. The last

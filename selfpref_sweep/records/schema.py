@@ -11,10 +11,11 @@ them back through read_cell; all of them import this module, so they can never d
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any
 
 # Files in a cell's directory.
 SUMMARY_FILE = "summary.json"
@@ -37,7 +38,7 @@ ITEM_ID = "article_id"
 LOGODDS = "logodds"  # the position-debiased log-odds score (scores.pair_logodds / scoring.individual_logodds)
 
 # Values a missing coordinate takes in an older summary.json.
-CELL_DEFAULTS: Dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}
+CELL_DEFAULTS: dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}
 
 
 class Transfer(str, Enum):
@@ -48,7 +49,7 @@ class Transfer(str, Enum):
     cross_dataset = "cross_dataset"  # evaluated on another dataset
 
 
-def transfer_of(finetune_task: Any, finetune_dataset: Optional[str], dataset: str) -> Transfer:
+def transfer_of(finetune_task: Any, finetune_dataset: str | None, dataset: str) -> Transfer:
     """The transfer condition, by dataset name."""
     if finetune_task in (None, "none") or getattr(finetune_task, "value", None) == "none":
         return Transfer.none
@@ -65,11 +66,11 @@ class CellCoordinates:
     setting: str
     label: str
     finetune_task: str
-    finetune_dataset: Optional[str]
-    finetune_n_articles: Optional[int]
+    finetune_dataset: str | None
+    finetune_n_articles: int | None
     transfer: str
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
@@ -111,7 +112,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _dict(value: Any) -> Dict[str, Any]:
+def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -120,14 +121,14 @@ class OrderReading:
     """One order of a pairwise question: the raw probabilities of "1" and "2", their mass, the renormalized
     probability of the answer naming the own summary, and the answer the judge leaned to."""
 
-    probs: Dict[str, float]  # raw probability of each answer (all spellings)
+    probs: dict[str, float]  # raw probability of each answer (all spellings)
     mass: float
-    p_own: Optional[float]  # renormalized probability of the answer naming the own summary
+    p_own: float | None  # renormalized probability of the answer naming the own summary
     own_position: int  # 1 or 2
-    chosen_position: Optional[int]  # the more probable answer; None for a tie or no mass
+    chosen_position: int | None  # the more probable answer; None for a tie or no mass
     method: str
-    missing_reason: Optional[str] = None  # from the backend, e.g. "no_logprobs"
-    bounded: List[str] = field(default_factory=list)  # answers valued at an upper bound (AnswerDistribution)
+    missing_reason: str | None = None  # from the backend, e.g. "no_logprobs"
+    bounded: list[str] = field(default_factory=list)  # answers valued at an upper bound (AnswerDistribution)
 
     @property
     def chosen(self) -> str:
@@ -135,13 +136,13 @@ class OrderReading:
             return "tie" if self.mass > 0 else "none"
         return "own" if self.chosen_position == self.own_position else "other"
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"probs": self.probs, "mass": self.mass, "p_own": self.p_own, "own_position": self.own_position,
                 "chosen_position": self.chosen_position, "chosen": self.chosen, "method": self.method,
                 "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "OrderReading":
+    def from_json(cls, d: Mapping[str, Any]) -> OrderReading:
         return cls(dict(_dict(d.get("probs"))), d.get("mass") or 0.0, d.get("p_own"), d.get("own_position") or 1,
                    d.get("chosen_position"), d.get("method") or "", d.get("missing_reason"),
                    list(d.get("bounded") or []))
@@ -152,19 +153,19 @@ class SummaryReading:
     """One summary judged alone (individual setting): the answers' probabilities, their mass, and the value
     read from them (P(Yes) renormalized, or the expected 1-5 score)."""
 
-    probs: Dict[str, float]
+    probs: dict[str, float]
     mass: float
-    value: Optional[float]
+    value: float | None
     method: str
-    missing_reason: Optional[str] = None
-    bounded: List[str] = field(default_factory=list)
+    missing_reason: str | None = None
+    bounded: list[str] = field(default_factory=list)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {"probs": self.probs, "mass": self.mass, "value": self.value, "method": self.method,
                 "missing_reason": self.missing_reason, "bounded": list(self.bounded)}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "SummaryReading":
+    def from_json(cls, d: Mapping[str, Any]) -> SummaryReading:
         return cls(dict(_dict(d.get("probs"))), d.get("mass") or 0.0, d.get("value"), d.get("method") or "",
                    d.get("missing_reason"), list(d.get("bounded") or []))
 
@@ -178,22 +179,22 @@ class Verdict:
     the reason), whether the two orders agreed, and the readings behind it: `orders` (pairwise: forward,
     backward) or `summaries` (individual: own, other); none for an item that could not be judged."""
 
-    score: Optional[float]
-    logodds: Optional[float]
+    score: float | None
+    logodds: float | None
     excluded: bool
-    exclusion_reason: Optional[str]
-    consistent: Optional[bool] = None
-    orders: Optional[Dict[str, OrderReading]] = None
-    summaries: Optional[Dict[str, SummaryReading]] = None
-    labels: Optional[Dict[str, str]] = None  # the labels the preference prompt gave own and other
-    extra: Dict[str, Any] = field(default_factory=dict)  # a measurement's own fields (e.g. the distractor)
+    exclusion_reason: str | None
+    consistent: bool | None = None
+    orders: dict[str, OrderReading] | None = None
+    summaries: dict[str, SummaryReading] | None = None
+    labels: dict[str, str] | None = None  # the labels the preference prompt gave own and other
+    extra: dict[str, Any] = field(default_factory=dict)  # a measurement's own fields (e.g. the distractor)
 
-    def readings(self) -> List[Any]:
+    def readings(self) -> list[Any]:
         """The verdict's readings: two orders, two summaries, or none (unjudged)."""
         return list((self.orders or self.summaries or {}).values())
 
-    def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"score": self.score, "logodds": self.logodds, "excluded": self.excluded,
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"score": self.score, "logodds": self.logodds, "excluded": self.excluded,
                                "exclusion_reason": self.exclusion_reason, "consistent": self.consistent}
         for name in ("orders", "summaries"):
             if getattr(self, name) is not None:
@@ -203,7 +204,7 @@ class Verdict:
         return {**out, **plain(self.extra)}
 
     @classmethod
-    def from_json(cls, d: Any) -> Optional["Verdict"]:
+    def from_json(cls, d: Any) -> Verdict | None:
         """None for a missing or malformed verdict."""
         if not isinstance(d, dict):
             return None
@@ -219,7 +220,7 @@ class Verdict:
                    d.get("consistent"), orders if isinstance(orders, dict) else None, summaries, d.get("labels"), extra)
 
 
-def verdict_of(item: Any, question: str) -> Optional[Verdict]:
+def verdict_of(item: Any, question: str) -> Verdict | None:
     """An item's verdict on a question, whatever form the item is in (Item, or a dict of verdicts or of
     their JSON forms, as measurements build them)."""
     v = item.verdicts.get(question) if isinstance(item, Item) else item.get(question)
@@ -239,23 +240,23 @@ class Item:
     could not be; the texts the judge saw; each measurement's record by its item key."""
 
     article_id: str
-    evaluator: Optional[str] = None
-    source: Optional[str] = None
-    dataset: Optional[str] = None
-    article: Optional[str] = None
+    evaluator: str | None = None
+    source: str | None = None
+    dataset: str | None = None
+    article: str | None = None
     article_truncated: bool = False
-    own_summary: Optional[str] = None
-    other_summary: Optional[str] = None
-    verdicts: Dict[str, Verdict] = field(default_factory=dict)  # question -> verdict
-    measured: Dict[str, Any] = field(default_factory=dict)  # a measurement's item key -> its record
+    own_summary: str | None = None
+    other_summary: str | None = None
+    verdicts: dict[str, Verdict] = field(default_factory=dict)  # question -> verdict
+    measured: dict[str, Any] = field(default_factory=dict)  # a measurement's item key -> its record
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         out = {ITEM_ID: self.article_id, **{k: getattr(self, k) for k in _ITEM_TEXT_KEYS}}
         out.update({q: v.to_json() for q, v in self.verdicts.items()})
         return {**out, **plain(self.measured)}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> "Item":
+    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> Item:
         """Questions absent from the line have no verdict; a malformed verdict is kept out too."""
         verdicts = {q: v for q in questions if q in d for v in [Verdict.from_json(d[q])] if v is not None}
         known = {ITEM_ID, *_ITEM_TEXT_KEYS, *questions}
@@ -270,22 +271,22 @@ class QuestionStats:
     position-consistent verdicts, the log-odds score (`logodds`: mean, CI and `mde`), the smallest detectable
     effect (`mde`) and the bounded readings."""
 
-    mean: Optional[float]
-    ci_low: Optional[float]
-    ci_high: Optional[float]
-    n: Optional[int] = 0  # None: not recorded (an older cell)
-    n_excluded: Optional[int] = 0
-    exclusions: Dict[str, int] = field(default_factory=dict)
-    position_consistency: Optional[float] = None
-    logodds: Dict[str, Any] = field(default_factory=dict)
-    mde: Dict[str, Any] = field(default_factory=dict)
-    bounded_readings: Dict[str, Any] = field(default_factory=dict)
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int | None = 0  # None: not recorded (an older cell)
+    n_excluded: int | None = 0
+    exclusions: dict[str, int] = field(default_factory=dict)
+    position_consistency: float | None = None
+    logodds: dict[str, Any] = field(default_factory=dict)
+    mde: dict[str, Any] = field(default_factory=dict)
+    bounded_readings: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: Any) -> Optional["QuestionStats"]:
+    def from_json(cls, d: Any) -> QuestionStats | None:
         if not isinstance(d, dict):
             return None
         return cls(d.get("mean"), d.get("ci_low"), d.get("ci_high"), d.get("n"), d.get("n_excluded"),
@@ -305,32 +306,32 @@ class CellSummary:
     other block by key (each measurement's, the fine-tune's, the model-call ledger, a skipped cell's reason).
     A field that is None was not recorded (an older or a skipped cell) and is left out of the file."""
 
-    status: Optional[str]
-    cell: Dict[str, Any] = field(default_factory=dict)  # CellCoordinates.to_json(); older cells lack keys
-    n_articles: Optional[int] = None
-    n_items: Optional[int] = None
-    n_excluded: Optional[int] = None
-    exclusions: Optional[Dict[str, int]] = None
-    n_truncated_articles: Optional[int] = None
-    questions: Dict[str, QuestionStats] = field(default_factory=dict)  # written at the top level, by question
-    position_consistency: Optional[Dict[str, Optional[float]]] = None
-    min_answer_mass: Optional[float] = None
-    own_summaries: Optional[Dict[str, Any]] = None
-    standardization: Optional[Dict[str, Dict[str, int]]] = None
-    warnings: Optional[List[str]] = None
-    elapsed_s: Optional[float] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    status: str | None
+    cell: dict[str, Any] = field(default_factory=dict)  # CellCoordinates.to_json(); older cells lack keys
+    n_articles: int | None = None
+    n_items: int | None = None
+    n_excluded: int | None = None
+    exclusions: dict[str, int] | None = None
+    n_truncated_articles: int | None = None
+    questions: dict[str, QuestionStats] = field(default_factory=dict)  # written at the top level, by question
+    position_consistency: dict[str, float | None] | None = None
+    min_answer_mass: float | None = None
+    own_summaries: dict[str, Any] | None = None
+    standardization: dict[str, dict[str, int]] | None = None
+    warnings: list[str] | None = None
+    elapsed_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
         return self.status == STATUS_COMPLETE
 
-    def block(self, key: str) -> Dict[str, Any]:
+    def block(self, key: str) -> dict[str, Any]:
         """An `extra` block ({} when absent or malformed)."""
         return _dict(self.extra.get(key))
 
-    def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"status": self.status, "cell": dict(self.cell)}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status, "cell": dict(self.cell)}
         for key in _SUMMARY_KEYS[2:]:
             value = getattr(self, key)
             if value is not None or (key == "elapsed_s" and self.complete):
@@ -339,7 +340,7 @@ class CellSummary:
         return {**out, **plain(self.extra)}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> "CellSummary":
+    def from_json(cls, d: Mapping[str, Any], questions: Iterable[str] = QUESTIONS) -> CellSummary:
         stats = {q: s for q in questions for s in [QuestionStats.from_json(d.get(q))] if s is not None}
         known = {*_SUMMARY_KEYS, *questions}
         return cls(d.get("status"), dict(_dict(d.get("cell"))), *(d.get(k) for k in _SUMMARY_KEYS[2:7]), stats,
@@ -355,23 +356,23 @@ class CellPlan:
     priced at a batch API's rate, the fine-tune's plan, each measurement's calls (`extra`, by its summary key),
     the pre-flight problems and the calls per model. A skipped cell's plan names why and needs nothing."""
 
-    cell: Dict[str, Any]
+    cell: dict[str, Any]
     uncached_calls: int = 0
     prompt_tokens_est: int = 0
     completion_tokens_est: int = 0
-    cost_usd_est: Optional[float] = 0.0
-    finetune: Optional[Dict[str, Any]] = None
-    preflight: List[Dict[str, Any]] = field(default_factory=list)
-    warnings: List[str] = field(default_factory=list)
-    skipped: Optional[str] = None  # the fields from here on are left out of the file when None
-    n_articles: Optional[int] = None
-    n_empty_articles: Optional[int] = None
-    batch_price: Optional[List[str]] = None
-    by_model: Optional[Dict[str, Any]] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
+    cost_usd_est: float | None = 0.0
+    finetune: dict[str, Any] | None = None
+    preflight: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: str | None = None  # the fields from here on are left out of the file when None
+    n_articles: int | None = None
+    n_empty_articles: int | None = None
+    batch_price: list[str] | None = None
+    by_model: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"status": STATUS_PLAN}
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": STATUS_PLAN}
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name != "extra" and not (f.name in _PLAN_OPTIONAL and value is None):
@@ -379,7 +380,7 @@ class CellPlan:
         return {**out, **plain(self.extra)}
 
     @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "CellPlan":
+    def from_json(cls, d: Mapping[str, Any]) -> CellPlan:
         names = [f.name for f in fields(cls) if f.name != "extra"]
         return cls(**{k: d[k] for k in names if k in d},
                    extra={k: v for k, v in d.items() if k not in names and k != "status"})
@@ -393,10 +394,10 @@ class CellRecord:
     that could not be parsed, and its error file's text."""
 
     path: Path
-    summary: Optional[CellSummary] = None
+    summary: CellSummary | None = None
     summary_problem: str = ""
     summary_found: bool = False  # summary.json exists (readable or not)
-    items: List[Item] = field(default_factory=list)
+    items: list[Item] = field(default_factory=list)
     has_results: bool = False
     results_problem: str = ""
     bad_lines: int = 0
@@ -414,7 +415,7 @@ def read_error(cell_dir: Path) -> str:
         return f"(unreadable {ERROR_FILE}: {exc})"
 
 
-def read_summary(cell_dir: Path) -> Tuple[Optional[CellSummary], str]:
+def read_summary(cell_dir: Path) -> tuple[CellSummary | None, str]:
     """(summary, "") or (None, why not): no summary.json, unreadable, or not a JSON object."""
     path = Path(cell_dir) / SUMMARY_FILE
     if not path.is_file():
@@ -428,10 +429,10 @@ def read_summary(cell_dir: Path) -> Tuple[Optional[CellSummary], str]:
     return CellSummary.from_json(data), ""
 
 
-def read_items(path: Path, limit: Optional[int] = None) -> Tuple[List[Item], int]:
+def read_items(path: Path, limit: int | None = None) -> tuple[list[Item], int]:
     """The items of a results.jsonl (the first ``limit`` lines' when given) and how many of its lines could not
     be parsed (not JSON, not an object, no article id). Raises OSError when the file cannot be read."""
-    items: List[Item] = []
+    items: list[Item] = []
     bad = 0
     with Path(path).open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -452,7 +453,7 @@ def read_items(path: Path, limit: Optional[int] = None) -> Tuple[List[Item], int
     return items, bad
 
 
-def read_cell(cell_dir: str | Path, items: bool = True, limit: Optional[int] = None) -> CellRecord:
+def read_cell(cell_dir: str | Path, items: bool = True, limit: int | None = None) -> CellRecord:
     """Everything a cell directory holds, read once, never raising for a damaged file (the problem is named
     instead). `items=False` skips results.jsonl (a reader that needs only the summary); `limit` reads only its
     first lines (a viewer of a large sweep)."""

@@ -21,7 +21,8 @@ the clip (see order_logit), and each question's summary gives the share of such 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Tuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 from ..stats.article_means import article_mean, detectable_effect
 from .schema import STATUS_COMPLETE, CellSummary, Item, OrderReading, QuestionStats, Verdict, article_of, verdict_of
@@ -41,7 +42,7 @@ class Distribution(Protocol):
 
     probs: Mapping[str, float]
     method: str
-    missing_reason: Optional[str]
+    missing_reason: str | None
     bounded: Sequence[str]
 
 
@@ -100,7 +101,7 @@ def pair_verdict(forward: OrderReading, backward: OrderReading, min_mass: float)
                    reason is not None, reason, consistent, orders={"forward": forward, "backward": backward})
 
 
-def bounded_share(verdicts: Sequence[Verdict]) -> Dict[str, Any]:
+def bounded_share(verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """How many of the verdicts' readings hold a bounded answer (an API answer absent from the top logprobs,
     valued at the smallest listed probability): n of `of`, and their share (None without readings)."""
     readings = [r for v in verdicts for r in v.readings()]
@@ -118,7 +119,7 @@ def question_stats(items: Iterable[Any], question: str, confidence: float) -> Qu
     scores = [v.score for _, v in scored]
     logodds = [v.logodds for _, v in scored]
     articles = [a for a, _ in scored]
-    reasons: Dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for _, v in judged:
         if v.excluded:
             reasons[v.exclusion_reason] = reasons.get(v.exclusion_reason, 0) + 1
@@ -133,14 +134,14 @@ def question_stats(items: Iterable[Any], question: str, confidence: float) -> Qu
     )
 
 
-def excluded_share(stats: Mapping[str, Any]) -> Optional[float]:
+def excluded_share(stats: Mapping[str, Any]) -> float | None:
     """The share of the control's sampled articles that were excluded (None when none was sampled)."""
     n, excluded = int(stats.get("n") or 0), int(stats.get("n_excluded") or 0)
     return excluded / (n + excluded) if n + excluded else None
 
 
 def competence_passed(stats: Mapping[str, Any], threshold: float, max_excluded: float
-                      ) -> Tuple[Optional[bool], List[str]]:
+                      ) -> tuple[bool | None, list[str]]:
     """(passed, why it failed): passed when the mean log-odds of the right answer is >= threshold, its CI's lower
     bound > 0 and the excluded share <= max_excluded; None (too few articles to tell: fewer than two sampled, or
     no interval, and nothing failed)."""
@@ -161,7 +162,7 @@ def competence_passed(stats: Mapping[str, Any], threshold: float, max_excluded: 
 
 
 def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: Any, threshold: float, max_excluded: float,
-                     confidence: float) -> Dict[str, Any]:
+                     confidence: float) -> dict[str, Any]:
     """summary.json's judge_competence from the control's verdicts (rows: {"article_id", QUESTION: verdict}):
     both scales' means with their article-level CIs (the paper's as mean/ci_low/ci_high, the log-odds under
     `logodds`), the excluded share, the pass rule's settings, `passed` and, when it failed, `failed_because`."""
@@ -176,16 +177,16 @@ def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: 
 
 
 # ------------------------------------------------------------------------- a cell's summary
-def exclusion_counts(items: Sequence[Item], questions: Sequence[str]) -> Dict[str, int]:
+def exclusion_counts(items: Sequence[Item], questions: Sequence[str]) -> dict[str, int]:
     """Items per exclusion reason (an item excluded in both questions for one reason counts once)."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     for it in items:
         for why in sorted({it.verdicts[q].exclusion_reason for q in questions if it.verdicts[q].excluded}):
             counts[why] = counts.get(why, 0) + 1
     return counts
 
 
-def summary_record(items: Sequence[Item], questions: Sequence[str], stats: Dict[str, QuestionStats],
+def summary_record(items: Sequence[Item], questions: Sequence[str], stats: dict[str, QuestionStats],
                    **fields: Any) -> CellSummary:
     """A complete cell's summary.json from its items and their statistics: the counts and the position
     consistency follow from them; `fields` are the rest (cell, n_articles, min_answer_mass, extra, ...).

@@ -8,7 +8,8 @@ printed by ``fmt_ci``, which never prints a zero-width one: "[1.000, 1.000]" loo
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -150,7 +151,7 @@ def to_markdown(df: pd.DataFrame) -> str:
     return escaped.to_markdown(index=False, tablefmt="github", stralign=None, numalign=None, disable_numparse=True)
 
 
-def to_text(df: pd.DataFrame, columns: Optional[Iterable[str]] = None) -> str:
+def to_text(df: pd.DataFrame, columns: Iterable[str] | None = None) -> str:
     """Fixed-width text for stdout."""
     view = df if columns is None else df[[c for c in columns if c in df.columns]]
     if view.empty:

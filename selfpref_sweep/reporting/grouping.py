@@ -4,10 +4,10 @@ pooled across (condition_groups); the items kept in both questions, and a unit's
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
-
 
 # The unit's coordinates; setting and label come first because nothing is ever pooled across them.
 UNIT_KEYS: tuple[str, ...] = ("setting", "label", "dataset", "evaluator_variant")

@@ -5,8 +5,9 @@ report module lists its own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Optional, Protocol, Sequence, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Union
 
 import pandas as pd
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - annotations only: figures.py imports mat
 class Section:
     title: str
     text: str = ""  # plain text; blank lines separate paragraphs
-    table: Optional[pd.DataFrame] = None
+    table: pd.DataFrame | None = None
     plots: Sequence[PlotFile] = field(default_factory=list)
     level: int = 2  # heading level
 
@@ -91,7 +92,7 @@ class ReportItem(Generic[ResultT]):
     name: str
     section: str
     prose: Prose[ResultT] = ""
-    builder: Optional[Callable[[ResultT], Optional[pd.DataFrame]]] = None
+    builder: Callable[[ResultT], pd.DataFrame | None] | None = None
     plots: tuple[str, ...] = ()
     applies: Callable[[Design], bool] = _always
     to_wandb: str = RUN_TABLE
@@ -99,7 +100,7 @@ class ReportItem(Generic[ResultT]):
     after: str = ""
     # The fits behind the table (each with `ok` and `note`): where none was fitted, the section says why in one
     # line instead of showing a table whose every number is a dash.
-    fitted: Optional[Callable[[ResultT], Sequence[Any]]] = None
+    fitted: Callable[[ResultT], Sequence[Any]] | None = None
 
     def render(self, result: ResultT) -> Section:
         """The item's section for ``result``: its prose, its table (from ``result.tables``) and its figures (from

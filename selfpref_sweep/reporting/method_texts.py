@@ -10,7 +10,7 @@ from importlib import resources
 from string import Template
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _raw(package: str, name: str) -> str:
     text = resources.files(package).joinpath("texts", f"{name}.md").read_text(encoding="utf-8")
     return "\n\n".join(" ".join(p.split()) for p in text.strip().split("\n\n"))

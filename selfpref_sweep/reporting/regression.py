@@ -4,6 +4,7 @@ MIN_POINTS points for a line, and the formula's OLS with CR2 clustered inference
 from __future__ import annotations
 
 import pandas as pd
+
 # The light import: statsmodels.api also loads tsa, graphics, ... (seconds per process).
 from statsmodels.regression.linear_model import OLS
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from ..cell.inputs import load_articles, prepare_inputs
+from ..cell.judging import flatten
+from ..cell.preflight import cell_preflight, finetune_cost, grid_preflight
 from ..config import ModelConfig
 from ..config.spec import CellSpec
 from ..finetune import finetune_plan, format_plan, planned_judge, planned_training_articles
@@ -24,9 +27,6 @@ from ..models.cached import CachedModel, stored_result
 from ..records.atomic import atomic_write_json
 from ..records.schema import PLAN_FILE, CellPlan
 from ..store import Store
-from ..cell.inputs import load_articles, prepare_inputs
-from ..cell.judging import flatten
-from ..cell.preflight import cell_preflight, finetune_cost, grid_preflight
 from .runner import judge_cell
 
 CHARS_PER_TOKEN = 4.0  # a rough rule for English text; good enough for a budget
@@ -68,7 +68,7 @@ class PlanningModel:
 
     judge_decoding = CachedModel.judge_decoding  # the same decoding settings as the run's requests
 
-    def _serve(self, requests, placeholder, completion_tokens: int) -> Dict:
+    def _serve(self, requests, placeholder, completion_tokens: int) -> dict:
         out = {}
         for req in unique(requests):
             hit = stored_result(self.store, req)  # what the run would serve from the cache
@@ -81,21 +81,21 @@ class PlanningModel:
             out[req] = placeholder(req)
         return out
 
-    def generate(self, requests, desc: str = "") -> Dict:
+    def generate(self, requests, desc: str = "") -> dict:
         return self._serve(requests, lambda r: Generation(text=placeholder_summary(r)),
                            SUMMARY_TOKENS_GUESS)
 
-    def answer_distributions(self, requests, desc: str = "") -> Dict:
+    def answer_distributions(self, requests, desc: str = "") -> dict:
         return self._serve(requests, lambda r: AnswerDistribution({a: 1.0 / len(r.answers) for a in r.answers},
                                                                   "planned"), 1)
 
-    def sequence_logprobs(self, requests, desc: str = "") -> Dict:
+    def sequence_logprobs(self, requests, desc: str = "") -> dict:
         return self._serve(requests, lambda r: SequenceLogprobs(total=-1.0, n_tokens=1, prompt_tokens=0), 0)
 
     def close(self) -> None:
         pass
 
-    def cost(self) -> Optional[float]:
+    def cost(self) -> float | None:
         if not backend_class(self.cfg.backend).costs_money(self.cfg):  # local, or a server marked free
             return 0.0
         p, c = self.cfg.price_per_mtok_prompt, self.cfg.price_per_mtok_completion
@@ -109,12 +109,12 @@ class PlanningModel:
         """Whether the run sends this model's uncached calls through the OpenAI Batch API (batch: true)."""
         return backend_class(self.cfg.backend).sends_batches(self.cfg)
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         return {"model": self.identity.label, "uncached_calls": self.calls, "prompt_tokens_est": self.prompt_tokens,
                 "completion_tokens_est": self.completion_tokens, "cost_usd_est": self.cost(), "batch": self.batch}
 
 
-def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
+def plan_cell(spec: CellSpec, run_dir: Path) -> dict[str, Any]:
     """The cell's stages with stand-in models: the calls, tokens and cost its run would need."""
     if spec.skip_reason:  # a grid point outside the design: its run would be skipped, at no cost
         return _write_plan(run_dir, CellPlan(spec.coordinates.to_json(), skipped=spec.skip_reason))
@@ -158,7 +158,7 @@ def plan_cell(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     return _write_plan(run_dir, plan)
 
 
-def _planning_loader(models: Dict[str, PlanningModel], store: Store):
+def _planning_loader(models: dict[str, PlanningModel], store: Store):
     """Plan mode's CellInputs.load_model: a stand-in per role, kept with the cell's models so that its calls,
     tokens and cost are counted and its weights pre-flighted."""
 
@@ -168,7 +168,7 @@ def _planning_loader(models: Dict[str, PlanningModel], store: Store):
     return load
 
 
-def _write_plan(run_dir: Path, record: CellPlan) -> Dict[str, Any]:
+def _write_plan(run_dir: Path, record: CellPlan) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     plan = record.to_json()
     atomic_write_json(run_dir / PLAN_FILE, plan)
@@ -182,11 +182,11 @@ def _write_plan(run_dir: Path, record: CellPlan) -> Dict[str, Any]:
     return plan
 
 
-def _money(x: Optional[float]) -> str:
+def _money(x: float | None) -> str:
     return "cost unknown (no price in config)" if x is None else f"~${x:,.2f}"
 
 
-def format_plan_line(plan: Dict[str, Any]) -> str:
+def format_plan_line(plan: dict[str, Any]) -> str:
     c = plan["cell"]
     head = (f"[plan] {c['evaluator']} vs {c['source']} on {c['dataset']} ({c['setting']}, label={c['label']}, "
             f"finetune={c['finetune_task']}): ")
@@ -205,7 +205,7 @@ def job_number(cell_dir_name: str) -> float:
     return int(head) if head.isdigit() else float("inf")
 
 
-def summarize_plans(sweep_dir: Path) -> List[Dict[str, Any]]:
+def summarize_plans(sweep_dir: Path) -> list[dict[str, Any]]:
     """Print the whole grid's plan (at the end of a plan=true multirun)."""
     paths = sorted(Path(sweep_dir).glob(f"*/{PLAN_FILE}"), key=lambda p: (job_number(p.parent.name), p.parent.name))
     plans = [json.loads(p.read_text()) for p in paths]

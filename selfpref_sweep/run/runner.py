@@ -18,8 +18,13 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
+from ..cell.dataset_loaders import Dataset
+from ..cell.inputs import CellInputs, load_articles, prepare_inputs
+from ..cell.judging import ItemRequests, answer_distributions, judge_requests
+from ..cell.results import cell_summary, format_result, item_records, table_row
+from ..cell.scoring import item_verdicts
 from ..config import ModelConfig
 from ..config.spec import CellSpec
 from ..errors import ConfigError
@@ -28,16 +33,19 @@ from ..measurements import Measurement, Stage, registered
 from ..models import POOL, load_model
 from ..models.cached import CachedModel
 from ..records.atomic import atomic_write_json, atomic_write_jsonl
-from ..records.schema import (INVERSE_FILE, RESULTS_FILE, STATUS_COMPLETE, STATUS_SKIPPED, SUMMARY_FILE, CellSummary,
-                              Verdict, read_cell)
+from ..records.schema import (
+    INVERSE_FILE,
+    RESULTS_FILE,
+    STATUS_COMPLETE,
+    STATUS_SKIPPED,
+    SUMMARY_FILE,
+    CellSummary,
+    Verdict,
+    read_cell,
+)
 from ..store import Store
 from ..store.claims import CellClaims, Holder, cell_claims
 from ..tracking import CellTracker, log_finetune
-from ..cell.dataset_loaders import Dataset
-from ..cell.inputs import CellInputs, load_articles, prepare_inputs
-from ..cell.judging import ItemRequests, answer_distributions, judge_requests
-from ..cell.results import cell_summary, format_result, item_records, table_row
-from ..cell.scoring import item_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +54,7 @@ log = logging.getLogger(__name__)
 LAUNCH_STARTED = time.time()
 
 
-def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -> Dict[str, Any]:
+def run_cell(spec: CellSpec, run_dir: Path, wandb_group: str | None = None) -> dict[str, Any]:
     start, run_dir = time.time(), Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if spec.skip_reason:
@@ -59,8 +67,8 @@ def run_cell(spec: CellSpec, run_dir: Path, wandb_group: Optional[str] = None) -
         return _run_claimed(spec, run_dir, wandb_group, start, claims.digest)
 
 
-def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: Optional[str], start: float, digest: str
-                 ) -> Dict[str, Any]:
+def _run_claimed(spec: CellSpec, run_dir: Path, wandb_group: str | None, start: float, digest: str
+                 ) -> dict[str, Any]:
     with CellModels(spec) as models:
         dataset, warnings = load_articles(spec)  # an empty selection fails here, before any training
         evaluator = models.load(spec.evaluator)  # the base: writes the own summaries
@@ -98,7 +106,7 @@ def _say_waiting(holder: Holder, claim: Path) -> None:
           f"finish, then using its results. A claim whose launch is gone is taken over. ==", flush=True)
 
 
-def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> Optional[Dict[str, Any]]:
+def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> dict[str, Any] | None:
     """The result another launch wrote into this folder, when it finished the cell: the launch this one waited
     for, or one that finished it while this one ran without meeting its claim (it got there first); None when
     there is none to use (it ran elsewhere or failed, or the folder holds an earlier run's result): this launch
@@ -118,7 +126,7 @@ def _reused_result(claims: CellClaims, run_dir: Path, verbose: bool) -> Optional
     return summary
 
 
-def _launch_block(digest: str) -> Dict[str, Any]:
+def _launch_block(digest: str) -> dict[str, Any]:
     """summary.json's `launch`: which work (the cell's digest) which process (host, PID) wrote."""
     return {"cell_digest": digest, "host": socket.gethostname(), "pid": os.getpid()}
 
@@ -142,9 +150,9 @@ class CellJudgements:
     """What the judge said about a cell's pairs: the judge requests and their verdicts, and each registered
     measurement with its stage (requests, and per-item records once scored)."""
 
-    requests: List[ItemRequests]
-    verdicts: List[Dict[str, Verdict]]
-    measured: List[Tuple[Measurement, Stage]]
+    requests: list[ItemRequests]
+    verdicts: list[dict[str, Verdict]]
+    measured: list[tuple[Measurement, Stage]]
 
 
 def judge_cell(inputs: CellInputs, judge, judge_cfg: ModelConfig) -> CellJudgements:
@@ -171,14 +179,14 @@ class CellModels:
         self.spec = spec
         POOL.configure(spec.model_pool_gb)
         self.store = Store(spec.store_path)
-        self.models: List[CachedModel] = []
+        self.models: list[CachedModel] = []
 
     def load(self, model_cfg: ModelConfig) -> CachedModel:
         model = load_model(model_cfg, self.store, self.spec.model_cache, self.spec.show_progress)
         self.models.append(model)
         return model
 
-    def load_source(self, model_cfg: Optional[ModelConfig], evaluator: CachedModel) -> Optional[CachedModel]:
+    def load_source(self, model_cfg: ModelConfig | None, evaluator: CachedModel) -> CachedModel | None:
         """The other source's model (None for dataset summaries); never the evaluator itself."""
         if model_cfg is None:
             return None
@@ -188,7 +196,7 @@ class CellModels:
                               f"(e.g. source=human).")
         return model
 
-    def ledger(self) -> Dict[str, Any]:
+    def ledger(self) -> dict[str, Any]:
         """Calls not served from the cache, cache hits and tokens, over every model of the cell."""
         return {"model_calls": sum(m.calls for m in self.models),
                 "cache_hits": sum(m.cache_hits for m in self.models),
@@ -197,7 +205,7 @@ class CellModels:
                 "tokens": {"prompt": sum(m.prompt_tokens for m in self.models),
                            "completion": sum(m.completion_tokens for m in self.models)}}
 
-    def __enter__(self) -> "CellModels":
+    def __enter__(self) -> CellModels:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -207,7 +215,7 @@ class CellModels:
 
 
 def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_cfg: ModelConfig, dataset: Dataset,
-                   articles, run_dir: Path) -> Dict[str, Any]:
+                   articles, run_dir: Path) -> dict[str, Any]:
     from ..finetune.inverse import inverse_check
 
     inverse = inverse_check(spec, base, tuned, tuned_cfg, dataset, articles)
@@ -215,7 +223,7 @@ def _inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_
     return inverse
 
 
-def _skipped(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
+def _skipped(spec: CellSpec, run_dir: Path) -> dict[str, Any]:
     """A grid point outside the design (e.g. a labelled individual cell): recorded as skipped, not failed."""
     summary = CellSummary(STATUS_SKIPPED, spec.coordinates.to_json(), extra={"reason": spec.skip_reason}).to_json()
     atomic_write_json(run_dir / SUMMARY_FILE, summary)
@@ -223,7 +231,7 @@ def _skipped(spec: CellSpec, run_dir: Path) -> Dict[str, Any]:
     return summary
 
 
-def _track(spec: CellSpec, run_dir: Path, group: Optional[str], summary: CellSummary, items) -> None:
+def _track(spec: CellSpec, run_dir: Path, group: str | None, summary: CellSummary, items) -> None:
     tracker = CellTracker(spec.wandb, run_dir, name=spec.coordinates.run_name, group=group or run_dir.name,
                           config=dict(spec.config))
     try:

@@ -5,12 +5,14 @@ The cell's question statistics (records/scores.py), the measurements' blocks and
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as scipy_stats
 
 from .clustered import article_mean_ci
+
 # The smallest detectable effect: a two-sided test at level MDE_ALPHA that detects it with probability MDE_POWER.
 MDE_ALPHA = 0.05
 MDE_POWER = 0.8
@@ -23,7 +25,7 @@ def _article_sums(values: np.ndarray, groups: Sequence[str]):
 
 
 def article_mean(values: Sequence[float], groups: Sequence[str], confidence: float,
-                 bounded: bool = False) -> Dict[str, Optional[float]]:
+                 bounded: bool = False) -> dict[str, float | None]:
     """Mean with a CI over articles (groups): the CR2 sandwich clustered by article and a t with
     Bell–McCaffrey df (clustered.article_mean_ci), so items that share an article are not treated as
     independent; ``bounded`` (a value in [0, 1]) takes the interval on the logit scale. The article-clustered
@@ -39,7 +41,7 @@ def article_mean(values: Sequence[float], groups: Sequence[str], confidence: flo
 
 
 def detectable_effect(values: Sequence[float], groups: Sequence[str], scale: str, alpha: float = MDE_ALPHA,
-                      power: float = MDE_POWER) -> Dict[str, Any]:
+                      power: float = MDE_POWER) -> dict[str, Any]:
     """The smallest detectable effect (MDE): the distance from no bias (|mean - 0.5| on the paper's score,
     |mean| on the log-odds) that a two-sided one-sample t-test at level `alpha` would detect with
     probability `power`, given how much the scores vary.
@@ -54,7 +56,7 @@ def detectable_effect(values: Sequence[float], groups: Sequence[str], scale: str
     vals = np.asarray(values, dtype=float)
     sums, counts = _article_sums(vals, groups)
     k = len(sums)
-    out: Dict[str, Any] = {"value": None, "n_articles": k, "sd": None, "alpha": alpha, "power": power,
+    out: dict[str, Any] = {"value": None, "n_articles": k, "sd": None, "alpha": alpha, "power": power,
                            "scale": scale}
     if k < 2:
         return out

@@ -8,7 +8,8 @@ JSON-ready dict, so summary.json holds exactly what is computed here.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
@@ -29,7 +30,7 @@ def wilson(successes: float, n: int, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def proportion(hits: Sequence[float], confidence: float) -> Dict[str, Optional[float]]:
+def proportion(hits: Sequence[float], confidence: float) -> dict[str, float | None]:
     """The share of hits (each 1, 1/2 or 0) with its Wilson interval; value and interval null without
     readings."""
     n = len(hits)
@@ -40,14 +41,14 @@ def proportion(hits: Sequence[float], confidence: float) -> Dict[str, Optional[f
     return {"value": k / n, "ci_low": low, "ci_high": high, "n": n}
 
 
-def auroc(labels: Sequence[bool], scores: Sequence[float]) -> Dict[str, Any]:
+def auroc(labels: Sequence[bool], scores: Sequence[float]) -> dict[str, Any]:
     """The area under the ROC curve of `scores` for telling `labels` apart (the chance that a random positive
     outscores a random negative, ties 1/2); null with the reason when a class has too few readings."""
     from sklearn.metrics import roc_auc_score  # scikit-learn is slow to import; only cells that compute need it
 
     y = np.asarray(labels, dtype=bool)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
-    out: Dict[str, Any] = {"value": None, "n_positive": n_pos, "n_negative": n_neg, "reason": None}
+    out: dict[str, Any] = {"value": None, "n_positive": n_pos, "n_negative": n_neg, "reason": None}
     if n_pos == 0 or n_neg == 0:
         out["reason"] = "only one class among the readings" if n_pos + n_neg else "no readings"
     elif min(n_pos, n_neg) < MIN_PER_CLASS:
@@ -57,7 +58,7 @@ def auroc(labels: Sequence[bool], scores: Sequence[float]) -> Dict[str, Any]:
     return out
 
 
-def reliability(predicted: Sequence[float], labels: Sequence[bool], n_bins: int) -> Dict[str, Any]:
+def reliability(predicted: Sequence[float], labels: Sequence[bool], n_bins: int) -> dict[str, Any]:
     """Calibration over `n_bins` equal-width bins of the predicted probability: per bin its range, the mean
     predicted probability, the observed frequency of the label and the count (null means for an empty bin);
     the expected calibration error is the count-weighted mean of |mean predicted - observed| (null without

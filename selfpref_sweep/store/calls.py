@@ -32,14 +32,14 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 from filelock import FileLock
-from tenacity import (before_sleep_log, retry, retry_if_exception, stop_after_attempt,
-                      wait_exponential)
+from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..errors import StorageError, StoreDamagedError
 
@@ -78,7 +78,7 @@ _CORRUPT, _NOTADB, _FULL = 11, 26, 13
 _CANNOT_WRITE = {3, 8, 10, 14, 23}  # PERM, READONLY, IOERR, CANTOPEN, AUTH
 
 
-def _primary_code(exc: BaseException) -> Optional[int]:
+def _primary_code(exc: BaseException) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     return None if code is None else int(code) & 0xFF
 
@@ -94,7 +94,7 @@ def is_damage(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text
 
 
-def storage_error(exc: BaseException, path: Path, doing: str) -> Optional[StorageError]:
+def storage_error(exc: BaseException, path: Path, doing: str) -> StorageError | None:
     """The clear error for a SQLite failure on the store at `path`, or None for one that is not about the file
     (busy, a bug): damage, a full disk, a file or folder that cannot be written."""
     if is_damage(exc):
@@ -114,7 +114,7 @@ def storage_error(exc: BaseException, path: Path, doing: str) -> Optional[Storag
 _HEALTHY: set = set()  # store files this process found healthy, as (path, inode, size, mtime)
 
 
-def _file_identity(path: Path) -> Optional[tuple]:
+def _file_identity(path: Path) -> tuple | None:
     try:
         st = path.stat()
     except OSError:
@@ -179,7 +179,7 @@ class Store:
             self._local.conn = conn
         return conn
 
-    def get(self, key: str) -> Optional[Any]:
+    def get(self, key: str) -> Any | None:
         # As bytes: a value that is not UTF-8 any more is then a miss here, not an error inside sqlite3.
         with self._guard("read"):
             row = self._connect().execute("SELECT CAST(value AS BLOB) FROM calls WHERE key = ?", (key,)).fetchone()

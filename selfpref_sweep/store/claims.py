@@ -23,10 +23,11 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Mapping, Optional
+from typing import Any
 
 from ..errors import ConfigError, StorageError
 
@@ -60,7 +61,7 @@ class Holder:
         return f"{self.host} PID {self.pid}, started {self.started}"
 
     @staticmethod
-    def parse(content: bytes) -> Optional["Holder"]:
+    def parse(content: bytes) -> Holder | None:
         try:
             return Holder(**json.loads(content.decode("utf-8")))
         except (ValueError, TypeError):
@@ -77,7 +78,7 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _read(path: Path) -> Optional[bytes]:
+def _read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
     except FileNotFoundError:
@@ -91,9 +92,9 @@ class Claim:
         self.path, self.cell, self.where = Path(path), cell, where
         self.me = Holder(socket.gethostname(), os.getpid(), time.strftime("%Y-%m-%d %H:%M:%S"),
                          secrets.token_hex(8), cell, where)
-        self.waited_on: Optional[Holder] = None
+        self.waited_on: Holder | None = None
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._seen: tuple = (None, 0.0)  # (content, since when unchanged, on this process's clock)
 
     # ------------------------------------------------------------------------------------------ acquire
@@ -144,7 +145,7 @@ class Claim:
     def _content(self) -> bytes:
         return json.dumps(asdict(self.me)).encode("utf-8")
 
-    def _stale(self, holder: Optional[Holder], content: bytes) -> bool:
+    def _stale(self, holder: Holder | None, content: bytes) -> bool:
         if holder is not None and holder.host == self.me.host and not _pid_alive(holder.pid):
             return True
         now = time.monotonic()
@@ -209,7 +210,7 @@ class Claim:
             self.path.unlink(missing_ok=True)
 
 
-def _summary_stamp(path: Path) -> Optional[tuple]:
+def _summary_stamp(path: Path) -> tuple | None:
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -223,8 +224,8 @@ class CellClaims:
     `summary_changed` says whether the cell's summary file was (re)written meanwhile, and `digest` is the
     cell's (cell_digest)."""
 
-    claims: List[Claim]
-    waited_on: Optional[Holder]
+    claims: list[Claim]
+    waited_on: Holder | None
     summary_changed: bool
     digest: str = ""
 
@@ -239,7 +240,7 @@ def cell_claims(config: Mapping[str, Any], run_dir: Path, store_path: Path, summ
     before = _summary_stamp(summary_file)
     claims = [Claim(store_path.with_name(store_path.name + ".claims") / f"{digest}.claim", digest, str(run_dir)),
               Claim(Path(run_dir) / CELL_CLAIM_FILE, digest, str(run_dir))]
-    held: List[Claim] = []
+    held: list[Claim] = []
     try:
         for claim in claims:
             claim.acquire(on_wait)

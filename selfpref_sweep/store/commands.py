@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ..errors import SelfprefError
 from .calls import Store, merge_stores
 from .salvage import check_store, salvage_store
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m selfpref_sweep.store",
                                      description="Tools for the call store (the cache of model calls).")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -22,7 +22,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from filelock import FileLock
 
@@ -31,14 +30,14 @@ from .calls import _BUSY_TIMEOUT_S, Store, lock_path
 _COLUMNS = "rowid, CAST(key AS BLOB), CAST(kind AS BLOB), CAST(model AS BLOB), CAST(request AS BLOB), " \
            "CAST(value AS BLOB), created"
 _SIDE_FILES = ("-wal", "-shm")
-Row = Tuple[str, str, str, str, str, float]  # key, kind, model, request, value, created
+Row = tuple[str, str, str, str, str, float]  # key, kind, model, request, value, created
 
 
 def _read_only(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
 
-def _decode(raw: tuple) -> Optional[Row]:
+def _decode(raw: tuple) -> Row | None:
     """A row as stored text, or None when any column is damaged."""
     _, *texts, created = raw
     try:
@@ -57,7 +56,7 @@ class CheckReport:
 
     path: str
     size_bytes: int
-    problems: List[str] = field(default_factory=list)  # empty: healthy
+    problems: list[str] = field(default_factory=list)  # empty: healthy
     per_model: Counter = field(default_factory=Counter)
     unreadable: Counter = field(default_factory=Counter)
     counted: bool = False  # every row was reached
@@ -66,7 +65,7 @@ class CheckReport:
     def healthy(self) -> bool:
         return not self.problems
 
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         state = "healthy" if self.healthy else "DAMAGED: " + "; ".join(self.problems[:5])
         out = [f"{self.path}: {self.size_bytes / 1e6:.1f} MB, {state}"]
         reached = "" if self.counted else " (only the rows before the damage could be counted)"
@@ -116,12 +115,12 @@ class SalvageReport:
     dest: str
     copied: Counter = field(default_factory=Counter)  # model -> calls copied
     unreadable: int = 0        # rows reached but damaged
-    lost: Optional[int] = None  # rows the key index lists that could not be copied; None: the index is damaged too
+    lost: int | None = None  # rows the key index lists that could not be copied; None: the index is damaged too
     header_rebuilt: bool = False
-    backup: Optional[str] = None  # where the damaged file went (in-place salvage)
-    notes: List[str] = field(default_factory=list)
+    backup: str | None = None  # where the damaged file went (in-place salvage)
+    notes: list[str] = field(default_factory=list)
 
-    def lines(self) -> List[str]:
+    def lines(self) -> list[str]:
         out = [f"salvaged {sum(self.copied.values())} calls from {self.source} into {self.dest}"]
         out += [f"  {model}: {n}" for model, n in sorted(self.copied.items())]
         if self.header_rebuilt:
@@ -163,7 +162,7 @@ def salvage_store(source: str | Path, dest: str | Path | None = None) -> Salvage
     return report
 
 
-def _write_rows(target: Path, rows: List[Row]) -> None:
+def _write_rows(target: Path, rows: list[Row]) -> None:
     store = Store(target)
     try:
         conn = store._connect()
@@ -192,12 +191,12 @@ def _replace(source: Path, fresh: Path) -> str:
     return str(backup)
 
 
-def _readable_rows(work: Path, report: SalvageReport) -> List[Row]:
+def _readable_rows(work: Path, report: SalvageReport) -> list[Row]:
     conn = _connect_or_rebuild(work, report)
     if conn is None:
         return []
     try:
-        raw: Dict[int, tuple] = {}
+        raw: dict[int, tuple] = {}
         _scan_with_seeks(conn, raw)  # passes 1 and 3
         index_rowids = _index_rowids(conn, report)  # pass 2
         for rowid in sorted((index_rowids or set()) - raw.keys()):
@@ -224,7 +223,7 @@ def _readable_rows(work: Path, report: SalvageReport) -> List[Row]:
     return rows
 
 
-def _connect_or_rebuild(work: Path, report: SalvageReport) -> Optional[sqlite3.Connection]:
+def _connect_or_rebuild(work: Path, report: SalvageReport) -> sqlite3.Connection | None:
     for attempt in range(2):
         conn = sqlite3.connect(work, isolation_level=None)
         try:
@@ -242,7 +241,7 @@ def _connect_or_rebuild(work: Path, report: SalvageReport) -> Optional[sqlite3.C
     return None
 
 
-def _scan_forward(conn: sqlite3.Connection, raw: Dict[int, tuple], after: int = 0) -> Optional[int]:
+def _scan_forward(conn: sqlite3.Connection, raw: dict[int, tuple], after: int = 0) -> int | None:
     """Rows in rowid order after `after` until the end (None) or the first damaged page (the last rowid read)."""
     last = after
     try:
@@ -254,7 +253,7 @@ def _scan_forward(conn: sqlite3.Connection, raw: Dict[int, tuple], after: int = 
     return None
 
 
-def _index_rowids(conn: sqlite3.Connection, report: SalvageReport) -> Optional[set]:
+def _index_rowids(conn: sqlite3.Connection, report: SalvageReport) -> set | None:
     """Every rowid the key index lists (a covering scan: the table's pages are not read), or None when the
     index cannot be read whole."""
     try:
@@ -277,7 +276,7 @@ def _seek_ok(conn: sqlite3.Connection, after: int) -> bool:
     return True
 
 
-def _scan_with_seeks(conn: sqlite3.Connection, raw: Dict[int, tuple]) -> None:
+def _scan_with_seeks(conn: sqlite3.Connection, raw: dict[int, tuple]) -> None:
     """Pass 1, then pass 3 from each place it stopped: the first rowid a seek reaches past the damage."""
     stopped = _scan_forward(conn, raw)
     while stopped is not None:
@@ -287,7 +286,7 @@ def _scan_with_seeks(conn: sqlite3.Connection, raw: Dict[int, tuple]) -> None:
         stopped = _scan_forward(conn, raw, resume)
 
 
-def _first_seekable_after(conn: sqlite3.Connection, stopped: int) -> Optional[int]:
+def _first_seekable_after(conn: sqlite3.Connection, stopped: int) -> int | None:
     """The smallest x > stopped that a seek gets past: doubling the step, then bisecting back (the rows between
     lie on the damaged pages). None when no seek gets past the damage."""
     step, failed = 1, stopped

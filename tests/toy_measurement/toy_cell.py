@@ -8,7 +8,8 @@ measurements.MEASUREMENT_SETTINGS); configured with `+judge.measurements.toy.mod
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from selfpref_sweep.cell.judging import ItemRequests, pairwise_requests
 from selfpref_sweep.cell.pairs import Pair
@@ -39,21 +40,21 @@ class ToyMeasurement(Measurement):
                 judge, inputs.spec.prompts, QUESTION, Pair(p.article_id, p.article, longer, shorter))}))
         return Stage(True, "judge.measurements.toy.mode=on", items)
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         scored = score_items(stage.answer_items, dists, SettingName.pairwise, min_mass)
         return {item.article_id: s[QUESTION] for item, s in zip(stage.answer_items, scored)}
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         rows = [{"article_id": aid, QUESTION: v} for aid, v in stage.records.items()]
         return {"enabled": True, **summarize_question(rows, QUESTION, 0, 0.95, 0)}
 
     def format(self, block) -> str:
         return f"  toy               {block.get('mean')}"
 
-    def cell_columns(self, block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, block: dict[str, Any]) -> dict[str, Any]:
         return numbers(block, "toy", CI_FIELDS)
 
-    def item_columns(self, record: Any) -> Dict[str, Any]:
+    def item_columns(self, record: Any) -> dict[str, Any]:
         return numbers(record if isinstance(record, dict) else {}, "toy", {"score": "score"})
 
     def view(self, record: Any):

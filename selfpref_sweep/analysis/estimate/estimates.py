@@ -5,22 +5,27 @@ One function computes them, so the report (pipeline.run_analysis) and the simula
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
 
 import pandas as pd
 
 from ...config import POSITIVE_CONTROL_TASKS
 from .arms import arm_deltas
-from .finetune_tests import (RECOGNITION_TASKS, SPECIFICITY_MARGIN, InteractionResult, SpecificityResult,
-                             fit_interactions, fit_specificities)
+from .finetune_tests import (
+    RECOGNITION_TASKS,
+    SPECIFICITY_MARGIN,
+    InteractionResult,
+    SpecificityResult,
+    fit_interactions,
+    fit_specificities,
+)
 from .fit import FitResult, fit_paper_units, fit_robustness
 from .paired import TrendResult, dose_trend, finetune_vs_base
 from .paper_trend import paper_trends
 from .positive_control import positive_control_arms
 from .resample import ResampledFit, article_resample
 from .units import paper_units, source_points
-
 
 POSITIVE_CONTROLS = tuple(t.value for t in POSITIVE_CONTROL_TASKS)
 
@@ -47,9 +52,9 @@ class Estimates:
     paper_trends: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def estimate(items: pd.DataFrame, cells: Optional[pd.DataFrame] = None,
+def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
              recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-             specificity_margin: Optional[Mapping[str, float]] = None) -> Estimates:
+             specificity_margin: Mapping[str, float] | None = None) -> Estimates:
     """Every estimate the report prints from the items (``cells`` only adds the judge-competence status to the
     units); ``specificity_margin`` per scale overrides finetune_tests.SPECIFICITY_MARGIN. Positive-control arms
     (config.POSITIVE_CONTROL_TASKS: trained to move preference directly) have their units, Δs and arm rows, and

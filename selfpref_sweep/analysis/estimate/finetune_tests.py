@@ -18,8 +18,9 @@ groups and missing intervals are handled as fit.py's fits handle them (ok=False 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,8 +31,17 @@ from ...reporting.grouping import LEVEL_SOURCE, LEVEL_UNIT, condition_groups
 from ...reporting.regression import ALPHA, clustered_ols
 from ...stats.clustered import Estimate, too_few_clusters
 from ..sweep.load import arm_name
-from .fit import (OLS_BY_VARIANT, OLS_PLAIN, ON_ONE_LINE, _POINT_NAMES, _ols, _perfect_fit, _points, _scales_present,
-                  _usable)
+from .fit import (
+    _POINT_NAMES,
+    OLS_BY_VARIANT,
+    OLS_PLAIN,
+    ON_ONE_LINE,
+    _ols,
+    _perfect_fit,
+    _points,
+    _scales_present,
+    _usable,
+)
 
 # finetune_task values that train self-recognition (config.SELF_RECOGNITION_TASKS); every other non-"none"
 # task is a control.
@@ -57,7 +67,7 @@ class InteractionResult:
     note: str = ""
     scale: str = "paper"
     method: str = OLS_PLAIN
-    n_clusters: Optional[int] = None
+    n_clusters: int | None = None
     estimate: float = math.nan  # slope(recognition fine-tunes) - slope(control fine-tunes)
     se: float = math.nan
     ci_low: float = math.nan
@@ -92,7 +102,7 @@ class SpecificityResult:
     note: str = ""
     scale: str = "paper"
     method: str = OLS_PLAIN
-    n_clusters: Optional[int] = None
+    n_clusters: int | None = None
     shift: float = math.nan  # the recognition_finetune coefficient
     se: float = math.nan
     df: float = math.nan  # residual df (OLS) or Bell–McCaffrey df (clustered)
@@ -120,7 +130,7 @@ def fit_interaction(
     group: str = "all",
     scale: str = "paper",
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-    cluster_col: Optional[str] = None,
+    cluster_col: str | None = None,
 ) -> InteractionResult:
     """Whether the preference-on-recognition slope differs between recognition fine-tunes and control
     fine-tunes: the coefficient of recognition:recognition_finetune in
@@ -166,7 +176,7 @@ def fit_interaction(
 ARM_MEANS_NOTE = "replicated arms: each arm's adapters averaged into one point ({n} points from {m})"
 
 
-def arm_point_codes(frame: pd.DataFrame) -> Optional[tuple[np.ndarray, list[str]]]:
+def arm_point_codes(frame: pd.DataFrame) -> tuple[np.ndarray, list[str]] | None:
     """(per row the number of its arm point, each arm point's arm name), where some arm has several adapters
     among ``frame``'s rows (evaluator_variant, with dataset and source where present): an arm point is one arm
     on one dataset (and source). None where every arm has one adapter: nothing to pool."""
@@ -198,7 +208,7 @@ def arm_means(ft: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def _finetune_counts(ft: pd.DataFrame, *, level: str, group_by: str, group: str, scale: str,
-                     cluster_col: Optional[str]) -> dict[str, Any]:
+                     cluster_col: str | None) -> dict[str, Any]:
     """The fields a fine-tune comparison (interaction or specificity) records about its points."""
     n, n_rec = int(len(ft)), int(ft["recognition_finetune"].sum())
     return dict(level=level, group_by=group_by, group=group, n=n, n_recognition=n_rec, n_control=n - n_rec,
@@ -206,7 +216,7 @@ def _finetune_counts(ft: pd.DataFrame, *, level: str, group_by: str, group: str,
                 n_clusters=int(ft[cluster_col].nunique()) if cluster_col is not None else None)
 
 
-def _finetune_fit(ft: pd.DataFrame, formula: str, cluster_col: Optional[str]
+def _finetune_fit(ft: pd.DataFrame, formula: str, cluster_col: str | None
                   ) -> tuple[Callable[[np.ndarray], Estimate], list[str], str]:
     """The formula fitted over fine-tuned points: a function giving any linear contrast's estimate, the
     parameter names, and why there is no honest interval ("" when there is one). Plain OLS at the paper unit;
@@ -317,7 +327,7 @@ SLOPE_MARGIN = 0.5
 
 
 def specificity_verdict(ci_low: float, ci_high: float, equivalence_p: float, margin: float,
-                        span: float = math.nan, interaction: Optional[tuple[float, float, float, float]] = None
+                        span: float = math.nan, interaction: tuple[float, float, float, float] | None = None
                         ) -> str:
     """The specificity test's outcome in words (empty without an interval), read from the fit the report names
     for the shift (the corrected one: resample.REPORTED). ``span``: the recognition range the fine-tunes span,
@@ -393,9 +403,9 @@ def fit_specificity(
     group: str = "all",
     scale: str = "paper",
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-    cluster_col: Optional[str] = None,
-    margin: Optional[float] = None,
-    interaction: Optional[InteractionResult] = None,
+    cluster_col: str | None = None,
+    margin: float | None = None,
+    interaction: InteractionResult | None = None,
 ) -> SpecificityResult:
     """The causal question at matched recognition: the recognition_finetune coefficient of
     ``preference ~ recognition + recognition_finetune`` (one common slope) over fine-tuned points, with a
@@ -434,7 +444,7 @@ def fit_specificity(
 
 def fit_specificities(
     units: pd.DataFrame, points: pd.DataFrame, recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-    margins: Optional[Mapping[str, float]] = None, interactions: Sequence[InteractionResult] = (),
+    margins: Mapping[str, float] | None = None, interactions: Sequence[InteractionResult] = (),
 ) -> list[SpecificityResult]:
     """The specificity test at the paper unit (OLS) and the source level (clustered by evaluator variant),
     per setting × label and per transfer condition, both scales; ``margins`` per scale (SPECIFICITY_MARGIN).

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
+
 # The light imports: statsmodels.api also loads tsa, graphics, ... (seconds per process).
 from statsmodels.regression.linear_model import OLS
 from statsmodels.regression.mixed_linear_model import MixedLM
-from scipy import stats
 
 from ...reporting.grouping import GROUPINGS, LEVEL_ITEM, LEVEL_SOURCE, LEVEL_UNIT, SCALES, condition_groups
 from ...reporting.regression import ALPHA, MIN_POINTS, clustered_ols
@@ -63,7 +65,7 @@ class FitResult:
     scale: str = "paper"  # "paper" or "logodds"
     method: str = OLS_PLAIN
     cluster_by: str = ""  # "evaluator variant", "article" or "" (for MixedLM: the random-intercept groups)
-    n_clusters: Optional[int] = None
+    n_clusters: int | None = None
     slope: float = math.nan
     slope_se: float = math.nan
     slope_ci_low: float = math.nan
@@ -124,7 +126,7 @@ def fit_formula(
     group_by: str = "",
     group: str = "all",
     scale: str = "paper",
-    cluster_col: Optional[str] = None,
+    cluster_col: str | None = None,
     cluster_by: str = "",
     variant_effects: bool = False,
 ) -> FitResult:
@@ -149,7 +151,7 @@ def fit_formula(
     n_params = 1 + n_variants
     if n <= n_params:
         return FitResult(**base, ok=False, note=_too_few(kind, n, f"{n_params} parameters"))
-    n_clusters: Optional[int] = None
+    n_clusters: int | None = None
     if cluster_col is not None:
         n_clusters = int(df[cluster_col].astype(str).nunique())
         # Fewer clusters than parameters leave the clustered covariance without full rank.

@@ -36,7 +36,7 @@ Its section in the report, table and data files: report/length_control_section.p
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -45,6 +45,7 @@ from ...reporting.grouping import UNIT_KEYS, kept_items, key_frame
 from ...reporting.regression import ALPHA
 from ...stats.clustered import ClusteredOLS, Estimate, too_few_clusters
 from .units import VARIANT_KEYS
+
 WORDS = ("own_words", "other_words")
 # (scale, the items' column suffix, no bias on it); the log-odds scale (position-debiased) first: the primary.
 CONTROLLED_SCALES = (("logodds", "logodds", 0.0), ("paper", "score", 0.5))
@@ -117,7 +118,7 @@ def _fit(used: pd.DataFrame, col: str, null: float, confidence: float) -> dict[s
 
 
 def _unit_row(key: tuple, all_sub: pd.DataFrame, sub: pd.DataFrame, scale: str, col: str, null: float,
-              confidence: float) -> Optional[dict[str, Any]]:
+              confidence: float) -> dict[str, Any] | None:
     """One unit on one scale; None where no item of the unit carries the scale (an older sweep's log-odds)."""
     if not all_sub[f"pref_{col}"].notna().any():
         return None

@@ -27,8 +27,9 @@ distinguishable from 0, is not linear: it keeps a percentile CI from article-boo
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -74,7 +75,7 @@ def _lacking(both: pd.DataFrame, col: str) -> list[str]:
     return out
 
 
-def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], Optional[dict[tuple[str, str], pd.DataFrame]]]]:
+def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], dict[tuple[str, str], pd.DataFrame] | None]]:
     """Per fine-tuned paper unit: its row (coordinates, sources, counts, note) and the item differences,
     fine-tuned minus base, per (question, scale) as frames of source, article_id, v (None without a base)."""
     kept, _ = kept_items(items)

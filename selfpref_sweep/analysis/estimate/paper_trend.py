@@ -11,7 +11,8 @@ interval is the one to read. A base needs MIN_POINTS recognition fine-tune units
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 

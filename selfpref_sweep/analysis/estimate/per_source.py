@@ -15,7 +15,8 @@ Its section in the report and its table: report/per_source_section.py.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -19,8 +19,8 @@ the interval where the arm has several; Holm across a family's arms).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pandas as pd

@@ -61,8 +61,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -244,7 +245,7 @@ class _Partialled:
     f: np.ndarray  # ... and of W
 
     @classmethod
-    def of(cls, F: np.ndarray, a: np.ndarray) -> "_Partialled":
+    def of(cls, F: np.ndarray, a: np.ndarray) -> _Partialled:
         e = np.flatnonzero(np.any(a != 0, axis=0))
         f = np.setdiff1d(np.arange(F.shape[1]), e)
         W = F[:, f]
@@ -504,7 +505,7 @@ def resampled_frame(fits: Sequence[ResampledFit]) -> pd.DataFrame:
 
 
 def find(fits: Sequence[ResampledFit], what: str, level: str, group_by: str, group: str, scale: str,
-         method: str = RESAMPLE_CORRECTED) -> Optional[ResampledFit]:
+         method: str = RESAMPLE_CORRECTED) -> ResampledFit | None:
     """The row of one coefficient, group, scale and method (None if absent)."""
     for f in fits:
         if (f.what, f.level, f.group_by, f.group, f.scale, f.method) == (what, level, group_by, group, scale, method):

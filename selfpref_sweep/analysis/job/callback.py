@@ -25,7 +25,7 @@ import subprocess
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -71,7 +71,7 @@ class AnalysisCallback(Callback):
         self.enabled = bool(enabled)
         self.min_cells = int(min_cells)
         self.run_if_sweep_fails = bool(run_if_sweep_fails)
-        self._pending: Optional[tuple[Path, dict[str, Any]]] = None
+        self._pending: tuple[Path, dict[str, Any]] | None = None
 
     # --- Hydra hooks -----------------------------------------------------------------------------
 
@@ -139,8 +139,8 @@ class AnalysisCallback(Callback):
             where.write_text(f"$ {' '.join(cmd)}\nexit status {proc.returncode}\n{proc.stderr}", encoding="utf-8")
             print(f"analysis: FAILED (exit status {proc.returncode}); details in {where}", file=sys.stderr)
 
-    def analyse(self, sweep_dir: Path, wandb_cfg: Optional[dict[str, Any]] = None,
-                specificity_margin: Optional[dict[str, float]] = None) -> bool:
+    def analyse(self, sweep_dir: Path, wandb_cfg: dict[str, Any] | None = None,
+                specificity_margin: dict[str, float] | None = None) -> bool:
         """Run the analysis; returns False (after writing analysis/error.txt) if it failed."""
         try:
             from .pipeline import run_analysis, summary_text

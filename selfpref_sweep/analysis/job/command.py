@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 _WANDB_KEYS = ("mode", "project", "entity", "group")
 
@@ -85,7 +86,7 @@ def specificity_margin_of(cfg: Any) -> dict[str, float]:
         if isinstance(data, dict) else {}
 
 
-def _sweep_margins(sweep_dir: Path, given: Optional[Sequence[str]]) -> dict[str, float]:
+def _sweep_margins(sweep_dir: Path, given: Sequence[str] | None) -> dict[str, float]:
     """The sweep's margins (its multirun.yaml), overridden by --specificity-margin SCALE=VALUE."""
     margins: dict[str, float] = {}
     path = sweep_dir / "multirun.yaml"
@@ -104,7 +105,7 @@ def _sweep_margins(sweep_dir: Path, given: Optional[Sequence[str]]) -> dict[str,
     return margins
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["publish-wandb"]:  # the one sub-command: save an offline sweep's W&B panels
         from ..tracking.wandb_panels import publish_main

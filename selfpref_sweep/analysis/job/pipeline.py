@@ -7,8 +7,9 @@ import json
 import logging
 import math
 import traceback
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -255,10 +256,10 @@ def _wandb_summary(result: AnalysisResult) -> dict[str, Any]:
 
 def run_analysis(
     sweep_dirs: Iterable[str | Path],
-    out_dir: Optional[str | Path] = None,
-    wandb_cfg: Optional[Mapping[str, Any]] = None,
+    out_dir: str | Path | None = None,
+    wandb_cfg: Mapping[str, Any] | None = None,
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-    specificity_margin: Optional[Mapping[str, float]] = None,
+    specificity_margin: Mapping[str, float] | None = None,
 ) -> AnalysisResult:
     """Analyse the cells of ``sweep_dirs`` (pooled) and write the report.
 
@@ -319,7 +320,7 @@ def _meta_lines(result: AnalysisResult, dirs: Sequence[Path]) -> list[str]:
 
 
 def _write_report(result: AnalysisResult, dirs: Sequence[Path],
-                  wandb_cfg: Optional[Mapping[str, Any]]) -> Optional[dict[str, Any]]:
+                  wandb_cfg: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """report.md and report.html from the applicable items, the item viewer and the W&B panel specification
     (published later when offline); returns the specification (None where a bad W&B setting stopped it)."""
     meta = _meta_lines(result, dirs)
@@ -343,8 +344,8 @@ def _write_report(result: AnalysisResult, dirs: Sequence[Path],
     return panels_spec
 
 
-def _log_wandb(result: AnalysisResult, dirs: Sequence[Path], wandb_cfg: Optional[Mapping[str, Any]],
-               panels_spec: Optional[dict[str, Any]]) -> str:
+def _log_wandb(result: AnalysisResult, dirs: Sequence[Path], wandb_cfg: Mapping[str, Any] | None,
+               panels_spec: dict[str, Any] | None) -> str:
     """The W&B summary run (the items' tables marked for W&B, the fits, the cells, the plots); its status."""
     out = result.out_dir
     wandb_error = out / ANALYSIS_SUBDIR / WANDB_ERROR_FILE

@@ -5,14 +5,20 @@ its interval or test off its stated rate, and their numeric frames for the CSVs 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
 from ...reporting.formatting import DASH, SCALE_NAMES, est_ci, fmt, fmt_ci, fmt_int, fmt_p
 from ..estimate import paper_trend
-from ..estimate.finetune_tests import (SPECIFICITY_MARGIN, InteractionResult, SpecificityResult, specificity_verdict,
-                                       tost_p)
+from ..estimate.finetune_tests import (
+    SPECIFICITY_MARGIN,
+    InteractionResult,
+    SpecificityResult,
+    specificity_verdict,
+    tost_p,
+)
 from ..estimate.fit import FitResult
 from ..estimate.paired import TrendResult
 from ..estimate.resample import INTERACTION, REPORTED, SHIFT, ResampledFit, reported
@@ -83,7 +89,7 @@ def paper_statistic_table(fits: Sequence[FitResult], replicated: bool = False) -
 
 
 def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False,
-                    margins: Optional[dict[str, float]] = None) -> pd.DataFrame:
+                    margins: dict[str, float] | None = None) -> pd.DataFrame:
     """The fits refitted on one joint article resample (resample.py), each coefficient by the method the
     coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on. The shift rows
     carry the specificity reading (finetune_tests.specificity_verdict, TOST against ``margins`` per scale), with the

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from ...measurements import registered
 from ...records.schema import CellRecord, Item, Verdict, read_cell
@@ -35,7 +36,7 @@ def _cell_label(cell: dict[str, Any]) -> str:
     return text + ("".join(f"; {e}" for e in extras))
 
 
-def _question(verdict: Optional[Verdict]) -> Optional[dict[str, Any]]:
+def _question(verdict: Verdict | None) -> dict[str, Any] | None:
     """The viewer's fields of one question: score, exclusion, and per order (pairwise) or per summary
     (individual) P(own) / value and answer mass."""
     if verdict is None:

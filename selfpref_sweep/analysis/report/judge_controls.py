@@ -11,8 +11,8 @@ self-preference result that means something; a control that was not run is said,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Optional, Sequence
 
 import pandas as pd
 
@@ -35,7 +35,7 @@ def text(result: AnalysisResult) -> str:
     return method_text(NAME, __package__, **values)
 
 
-def verdict(cell: pd.Series, controls: Optional[Sequence[ModuleType]] = None) -> str:
+def verdict(cell: pd.Series, controls: Sequence[ModuleType] | None = None) -> str:
     """The cell's reading in words: informative, or the first reason it is not (or what was not run), each with
     the figure of the test that decided it. The controls' readings (``controls``: default control_modules()), in
     registry order: the first that makes the cell uninformative decides; then the controls not run; then one that

@@ -5,7 +5,7 @@ sweep's items carry word counts."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import pandas as pd
 
@@ -52,7 +52,7 @@ def applies(result: AnalysisResult) -> bool:
     return bool(getattr(result.design, "length_control", False))
 
 
-def table(result: AnalysisResult) -> Optional[pd.DataFrame]:
+def table(result: AnalysisResult) -> pd.DataFrame | None:
     """The item's table; None where the design has no word counts (other designs log no empty W&B table)."""
     return length_control_table(result.length_control) if applies(result) else None
 

@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import Callable, Collection, Optional, Sequence
 
 import matplotlib
 
@@ -191,8 +191,8 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
 
 
 def make_plots(cells: pd.DataFrame, units: pd.DataFrame, unit_fits: Sequence[FitResult], out_dir: Path,
-               diffs: pd.DataFrame | None = None, only: Optional[Collection[str]] = None,
-               extra: Optional[dict[str, Callable[[pd.DataFrame, Path], PlotFile]]] = None) -> list[PlotFile]:
+               diffs: pd.DataFrame | None = None, only: Collection[str] | None = None,
+               extra: dict[str, Callable[[pd.DataFrame, Path], PlotFile]] | None = None) -> list[PlotFile]:
     """Write every figure into ``out_dir`` (fixed names, so a re-run replaces them); ``only``: the stems of the
     figures the report shows (report_items.plot_stems), the rest not drawn and an earlier run's copy removed."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import base64
 import html
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Tuple
 
 from ...reporting.figures import PlotFile
 from ...reporting.formatting import DASH, to_markdown
@@ -39,7 +39,7 @@ def _paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.strip().split("\n\n") if p.strip()]
 
 
-Summary = Sequence[Tuple[str, str]]  # (heading, text) pairs: the report's first screen
+Summary = Sequence[tuple[str, str]]  # (heading, text) pairs: the report's first screen
 
 
 def render_markdown(title: str, meta: Sequence[str], sections: Sequence[Section], out_dir: Path,

@@ -11,8 +11,9 @@ renders where the items apply.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -59,7 +60,7 @@ def measurement_plots() -> dict[str, Any]:
 
 
 def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any],
-              arms: Optional[pd.DataFrame] = None, paper_trends: Optional[pd.DataFrame] = None) -> Design:
+              arms: pd.DataFrame | None = None, paper_trends: pd.DataFrame | None = None) -> Design:
     cells = data.cells
     per_condition = units.groupby(list(BY_CONDITION)).size() if not units.empty else pd.Series(dtype=int)
     return Design(
@@ -138,7 +139,7 @@ def _finetune_vs_base_text(result: AnalysisResult) -> str:
     return text if result.replicated else f"{ONE_ADAPTER_PER_ARM}\n\n{text}"
 
 
-def _labels_table(result: AnalysisResult) -> Optional[pd.DataFrame]:
+def _labels_table(result: AnalysisResult) -> pd.DataFrame | None:
     # None outside a label comparison, so that other designs log no empty table to W&B.
     return U.label_comparison_table(result.labels) if result.design.label_pairs else None
 
@@ -245,7 +246,7 @@ def report_items() -> tuple[AnalysisItem, ...]:
     return tuple(items)
 
 
-def build_tables(result: AnalysisResult, items: Optional[Sequence[AnalysisItem]] = None) -> dict[str, pd.DataFrame]:
+def build_tables(result: AnalysisResult, items: Sequence[AnalysisItem] | None = None) -> dict[str, pd.DataFrame]:
     """Every item's table, whether or not its section applies (the W&B run logs them as before); an item whose
     builder gives None (a comparison the design lacks) has none."""
     items = report_items() if items is None else items
@@ -253,7 +254,7 @@ def build_tables(result: AnalysisResult, items: Optional[Sequence[AnalysisItem]]
     return {name: table for name, table in built.items() if table is not None}
 
 
-def applicable(result: AnalysisResult, items: Optional[Sequence[AnalysisItem]] = None) -> list[AnalysisItem]:
+def applicable(result: AnalysisResult, items: Sequence[AnalysisItem] | None = None) -> list[AnalysisItem]:
     items = report_items() if items is None else items
     return [item for item in items if item.applies(result.design)]
 

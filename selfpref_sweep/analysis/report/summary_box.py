@@ -10,7 +10,6 @@ judge-competence control's)."""
 from __future__ import annotations
 
 import math
-from typing import List, Tuple
 
 import pandas as pd
 
@@ -26,7 +25,7 @@ from .result import AnalysisResult
 MAX_CELLS_LISTED = 6  # up to this many cells, the headline lists each; beyond, it counts them
 
 
-def summary_box(result: AnalysisResult) -> List[Tuple[str, str]]:
+def summary_box(result: AnalysisResult) -> list[tuple[str, str]]:
     """(heading, text) pairs, in reading order."""
     cells = result.data.cells
     if cells.empty:

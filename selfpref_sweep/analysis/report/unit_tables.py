@@ -4,7 +4,7 @@ the units whose cells do not all carry a field."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -82,7 +82,7 @@ TWO_ADAPTERS = ("2 adapters: training variance rests on 1 df; the CI covered 89-
 HOLM_ALPHA = 0.05  # the familywise level of the positive control's reading
 
 
-def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Optional[pd.DataFrame] = None
+def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: pd.DataFrame | None = None
                            ) -> pd.DataFrame:
     """The positive-control arms: Δ preference toward the direction each was trained (positive_control.py), which
     says whether preference moved; Δ recognition toward it (whether the judge now picks that summary whatever it
@@ -96,7 +96,7 @@ def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: Opt
             "Δ recognition toward it, log-odds [95% CI]", "Δ self-preference [95% CI]",
             "Δ self-preference, log-odds [95% CI]", "reading"]
 
-    def reading(d: Optional[pd.Series]) -> str:
+    def reading(d: pd.Series | None) -> str:
         """From the test the table prints, Holm-adjusted across the family's arms at 5%; a non-rejection is
         "not shown to move", never "did not move"."""
         if d is None:

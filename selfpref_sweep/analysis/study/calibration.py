@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any
 
 from ...reporting.grouping import BY_EVALUATOR, GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT
 from ..estimate.fit import MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN
@@ -51,7 +52,7 @@ FAR_TOO_NARROW = 0.6  # an interval covering under 60% is read as descriptive on
 
 # (what, level, method, pooled over datasets) -> the coverage table's row keys (prefixes) that score it; None
 # matches either. "what": "fit" (fit.FitResult), "specificity", or "resampled <coefficient>" (resample.py).
-SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]], tuple[str, ...]], ...] = (
+SCORED_BY: tuple[tuple[tuple[str, str | None, str | None, bool | None], tuple[str, ...]], ...] = (
     (("fit", LEVEL_UNIT, OLS_PLAIN, True), ("slope|all|", "intercept|all|")),
     (("fit", LEVEL_UNIT, OLS_PLAIN, False), ("slope|dataset|", "intercept|dataset|")),
     (("fit", LEVEL_SOURCE, OLS_BY_VARIANT, True), ("src|all|",)),
@@ -76,7 +77,7 @@ SCORED_BY: tuple[tuple[tuple[str, Optional[str], Optional[str], Optional[bool]],
 )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _data(replicated: bool = False) -> dict[str, Any]:
     """The shipped coverage table of one design (empty when the file is absent: no labels)."""
     try:
@@ -160,7 +161,7 @@ def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
 
 
 def scoring_rows(what: str, level: str, method: str, pooled: bool,
-                 records: Optional[Sequence[Mapping[str, Any]]] = None,
+                 records: Sequence[Mapping[str, Any]] | None = None,
                  replicated: bool = False) -> list[Mapping[str, Any]]:
     """The coverage-table records (default: the shipped ones of the sweep's design) that score a report row of
     this kind."""
@@ -172,7 +173,7 @@ def scoring_rows(what: str, level: str, method: str, pooled: bool,
 
 
 def calibration_label(what: str, level: str, method: str, pooled: bool,
-                      records: Optional[Sequence[Mapping[str, Any]]] = None, replicated: bool = False) -> str:
+                      records: Sequence[Mapping[str, Any]] | None = None, replicated: bool = False) -> str:
     """The label of a row of kind ``what`` ("fit", "specificity", "interaction" or "resampled <coefficient>",
     e.g. "resampled slope"), or "" where the simulation found it at its stated rate (or did not measure it).
     ``replicated``: the sweep's fine-tuned arms have several adapters each (reporting.items.Design.replicated), so the

@@ -12,8 +12,9 @@ target (95% intervals cover 93–97%, 5% tests reject 3–7%).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -146,7 +147,7 @@ def analyse(items: pd.DataFrame) -> Analysed:
 Counts = dict[str, list[int]]
 
 
-def _add(counts: Counts, key: str, hit: Optional[bool]) -> None:
+def _add(counts: Counts, key: str, hit: bool | None) -> None:
     """One trial of a row; hit None: the analysis gave no interval (counted as a miss, and as such)."""
     c = counts.setdefault(key, [0, 0, 0])
     c[0] += int(bool(hit))
@@ -154,7 +155,7 @@ def _add(counts: Counts, key: str, hit: Optional[bool]) -> None:
     c[2] += int(hit is None)
 
 
-def covers(low: float, high: float, truth: float) -> Optional[bool]:
+def covers(low: float, high: float, truth: float) -> bool | None:
     """Whether [low, high] holds ``truth``; None without an interval."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return None
@@ -331,7 +332,7 @@ def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, c
 
 
 def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any],
-               items: Optional[pd.DataFrame] = None) -> Counts:
+               items: pd.DataFrame | None = None) -> Counts:
     """Every row's [hits, trials, no interval] in one simulated sweep (the per-cell rows need its ``items``)."""
     counts: Counts = {}
     if items is not None:

@@ -15,9 +15,10 @@ import multiprocessing
 import sys
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -116,7 +117,7 @@ def coverage_truth(spec: SimulationSpec) -> Truth:
     return Truth(units=units, points=points, diffs=diffs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _truths(design: CoverageDesign, setting: str, n_articles: int) -> tuple[Truth, dict]:
     truth = coverage_truth(design.spec(setting, n_articles))
     return truth, true_fits(truth)
@@ -134,7 +135,7 @@ def coverage_rep(task: tuple[CoverageDesign, str, int, int, int]) -> dict[str, A
 
 
 def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts: Sequence[int], reps: int,
-                 seed: int = 0, workers: int = 1, cache: Optional[Path] = None,
+                 seed: int = 0, workers: int = 1, cache: Path | None = None,
                  prior: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """Reps 0..reps-1 of every setting × article count; with ``cache`` (a JSONL file) the reps already there
     (same design and seed) are reused and every new one is appended as it finishes, so an interrupted run

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,7 +53,7 @@ class SimulationSpec:
     recognition_low: float = 0.0  # the variants' recognition signals, evenly spread over [low, high]
     recognition_high: float = 1.0
     slope: float = 0.5  # preference signal per unit of recognition signal (base and recognition fine-tunes)
-    control_slope: Optional[float] = None  # the same for control fine-tunes (None: = slope, no interaction)
+    control_slope: float | None = None  # the same for control fine-tunes (None: = slope, no interaction)
     intercept: float = 0.0  # preference signal at recognition signal 0
     item_slope: float = 0.0  # within a variant: preference signal per unit of an item's recognition deviation
     position_bias: float = 1.0  # β, toward answer "1"
@@ -122,12 +122,12 @@ class Variant:
     """One evaluator variant and its planted signals."""
 
     finetune_task: str
-    finetune_n_articles: Optional[int]
+    finetune_n_articles: int | None
     recognition: float
     preference: float
     competence: float
     position_bias: float = 1.0
-    seed: Optional[int] = None  # the fine-tune's seed, where an arm has several adapters
+    seed: int | None = None  # the fine-tune's seed, where an arm has several adapters
 
     def name(self, spec: SimulationSpec) -> str:
         """The analysis' evaluator_variant: load.py tells adapters that differ only in their seed apart as
@@ -153,7 +153,7 @@ def variants(spec: SimulationSpec) -> list[Variant]:
     recognition = [("recognition", n) for n in RECOGNITION_NS[: spec.recognition_variants]]
     controls = [(CONTROL_ARMS[i % len(CONTROL_ARMS)], 10 * (1 + i // len(CONTROL_ARMS)))
                 for i in range(spec.control_variants)]
-    order: list[tuple[str, Optional[int]]] = [("none", None)] if spec.include_base else []
+    order: list[tuple[str, int | None]] = [("none", None)] if spec.include_base else []
     for i in range(max(len(recognition), len(controls))):
         order += recognition[i:i + 1] + controls[i:i + 1]
     signals = (spec.recognition_signals or np.linspace(spec.recognition_low, spec.recognition_high, len(order))
@@ -175,7 +175,7 @@ _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # E[f(Z)], Z ~ N(0, 1
 
 
 def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "recognition",
-                         position_bias: Optional[float] = None) -> float:
+                         position_bias: float | None = None) -> float:
     """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise, averaged over the sources (their
     effects): the paper-scale value a variant's unit converges to. β: spec.position_bias unless given."""
     beta = spec.position_bias if position_bias is None else position_bias
@@ -228,7 +228,7 @@ def planted_effects(spec: SimulationSpec) -> dict[str, dict[str, float]]:
 # --- drawing items --------------------------------------------------------------------------------
 
 
-def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: Optional[int] = None) -> pd.DataFrame:
+def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: int | None = None) -> pd.DataFrame:
     """Every item of the sweep in the analysis' item columns, plus the per-order probabilities the cell
     files are written from. Column arrays built with numpy, one frame at the end: the power curve draws
     thousands of sweeps."""

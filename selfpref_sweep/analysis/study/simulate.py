@@ -16,9 +16,10 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -334,7 +335,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
     )
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.coverage:
         words = ["python -m selfpref_sweep.analysis.study.simulate", *(sys.argv[1:] if argv is None else argv)]

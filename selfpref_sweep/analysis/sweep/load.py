@@ -11,20 +11,36 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any
 
 import pandas as pd
 import yaml
 
+from ...measurements import CI_FIELDS as _CI_FIELDS
+from ...measurements import block as _block
+from ...measurements import number, numbers, registered
+from ...records.schema import CELL_DEFAULTS as _CELL_DEFAULTS
+from ...records.schema import (
+    CELL_KEYS,
+    ERROR_FILE,
+    QUESTION_PREFIX,
+    QUESTIONS,
+    RESULTS_FILE,
+    STATUS_COMPLETE,
+    SUMMARY_FILE,
+    CellRecord,
+    CellSummary,
+    Item,
+    QuestionStats,
+    Verdict,
+    read_cell,
+    transfer_of,
+)
 from ...records.sweep_dirs import find_cell_dirs
 from ...records.text_features import word_count
-
-from ...measurements import CI_FIELDS as _CI_FIELDS, block as _block, number, numbers, registered
-from ...records.schema import CELL_DEFAULTS as _CELL_DEFAULTS
-from ...records.schema import (CELL_KEYS, ERROR_FILE, QUESTION_PREFIX, QUESTIONS, RESULTS_FILE, STATUS_COMPLETE, SUMMARY_FILE,
-                              CellRecord, CellSummary, Item, QuestionStats, Verdict, read_cell, transfer_of)
 
 STATUS_FAILED = "failed"
 STATUS_INCOMPLETE = "incomplete"
@@ -162,7 +178,7 @@ def _sweep_labels(sweep_dirs: Sequence[Path]) -> list[str]:
     return labels
 
 
-def _metric(stats: Optional[QuestionStats], prefix: str) -> dict[str, Any]:
+def _metric(stats: QuestionStats | None, prefix: str) -> dict[str, Any]:
     """A question's mean, CI and counts, its log-odds mean and its smallest detectable effect (the last two
     absent in older sweeps: NaN)."""
     block = stats.to_json() if stats is not None else {}
@@ -218,7 +234,7 @@ def _cell_row(summary: CellSummary, cell_id: str, cell_dir: Path, sweep: str) ->
     return row
 
 
-def _score(verdict: Optional[Verdict]) -> tuple[float, float, bool, Optional[str]]:
+def _score(verdict: Verdict | None) -> tuple[float, float, bool, str | None]:
     """(paper-scale score, log-odds score, excluded, reason) of one verdict; log-odds NaN in older sweeps."""
     if verdict is None:
         return math.nan, math.nan, True, "missing"
@@ -226,7 +242,7 @@ def _score(verdict: Optional[Verdict]) -> tuple[float, float, bool, Optional[str
     return num(verdict.score), num(verdict.logodds), verdict.excluded, None if reason is None else str(reason)
 
 
-def _words(text: Optional[str]) -> float:
+def _words(text: str | None) -> float:
     return float(word_count(text)) if isinstance(text, str) else math.nan
 
 
@@ -279,7 +295,7 @@ def item_columns() -> tuple[str, ...]:
         c for m in registered() for c in m.item_column_names)
 
 
-def _incomplete(record: CellRecord) -> Optional[tuple[str, str]]:
+def _incomplete(record: CellRecord) -> tuple[str, str] | None:
     """(problem status, reason) when the cell's summary is not that of a complete cell; None when it is."""
     if not record.summary_found:
         if record.error:

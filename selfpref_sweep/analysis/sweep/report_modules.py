@@ -15,14 +15,13 @@ from __future__ import annotations
 import importlib
 import sys
 from types import ModuleType
-from typing import Optional
 
 import pandas as pd
 
 from ...measurements import Measurement, flag, registered
 
 
-def report_module(m: Measurement) -> Optional[ModuleType]:
+def report_module(m: Measurement) -> ModuleType | None:
     """A measurement's report side, imported when the analysis first asks (the cell never loads it)."""
     if not m.report_module:
         return None
@@ -33,7 +32,7 @@ def measurement_reports() -> list[tuple[Measurement, ModuleType]]:
     return [(m, mod) for m in registered() if (mod := report_module(m)) is not None]
 
 
-def recorded(m: Measurement, mod: Optional[ModuleType], cells: pd.DataFrame) -> bool:
+def recorded(m: Measurement, mod: ModuleType | None, cells: pd.DataFrame) -> bool:
     """Some cell recorded the measurement: the report module's own test, else its `<prefix>_enabled` column."""
     if mod is not None and hasattr(mod, "recorded"):
         return bool(mod.recorded(cells))

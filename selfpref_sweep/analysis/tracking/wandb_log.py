@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -31,7 +32,7 @@ WANDB_DEFAULTS: dict[str, Any] = {
 WANDB_MODES = ("online", "offline", "disabled")
 
 
-def hydra_sweep_dir_string(sweep_dir: Path) -> Optional[str]:
+def hydra_sweep_dir_string(sweep_dir: Path) -> str | None:
     """``hydra.sweep.dir`` as the sweep's process saw it (e.g. "outputs/multirun/2026-11-21/20-30-00").
 
     Hydra stores the template unresolved (``${now:...}``), so rebuild it from where the sweep is
@@ -49,7 +50,7 @@ def hydra_sweep_dir_string(sweep_dir: Path) -> Optional[str]:
     return None
 
 
-def resolve_wandb_cfg(wandb_cfg: Optional[Mapping[str, Any]], sweep_dir: Path) -> dict[str, Any]:
+def resolve_wandb_cfg(wandb_cfg: Mapping[str, Any] | None, sweep_dir: Path) -> dict[str, Any]:
     """The settings we use, defaults filled in; the group defaults to the cells' group."""
     cfg = dict(WANDB_DEFAULTS)
     for key in WANDB_DEFAULTS:
@@ -64,7 +65,7 @@ def resolve_wandb_cfg(wandb_cfg: Optional[Mapping[str, Any]], sweep_dir: Path) -
     return cfg
 
 
-def _wandb_ready(df: "pd.DataFrame") -> "pd.DataFrame":
+def _wandb_ready(df: pd.DataFrame) -> pd.DataFrame:
     # wandb.Table infers one type per column: NaN -> None (optional), objects -> str.
     out = df.copy()
     for col in out.columns:
@@ -76,15 +77,15 @@ def _wandb_ready(df: "pd.DataFrame") -> "pd.DataFrame":
 
 def log_to_wandb(
     sweep_dir: Path,
-    wandb_cfg: Optional[Mapping[str, Any]],
+    wandb_cfg: Mapping[str, Any] | None,
     *,
-    run_dir: Optional[Path] = None,
-    tables: Mapping[str, "pd.DataFrame"],
-    plots: Sequence["PlotFile"],
+    run_dir: Path | None = None,
+    tables: Mapping[str, pd.DataFrame],
+    plots: Sequence[PlotFile],
     summary: Mapping[str, Any],
     config: Mapping[str, Any],
     report_files: Sequence[Path] = (),
-    panels_spec: Optional[Mapping[str, Any]] = None,
+    panels_spec: Mapping[str, Any] | None = None,
 ) -> str:
     """Log one analysis run; returns a one-line status for the report / stdout.
 

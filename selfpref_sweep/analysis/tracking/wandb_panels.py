@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from ...records.schema import read_cell
 
@@ -47,7 +48,7 @@ def make_spec(
     *,
     group: str,
     project: str,
-    entity: Optional[str],
+    entity: str | None,
     cell_blocks: Sequence[Mapping[str, Any]],
     metrics: Sequence[str],
     regression_markdown: Mapping[str, str],
@@ -110,7 +111,7 @@ def comparison_panels(spec: Mapping[str, Any]) -> dict[str, list]:
     }
 
 
-def build_workspace(spec: Mapping[str, Any], entity: Optional[str] = None):
+def build_workspace(spec: Mapping[str, Any], entity: str | None = None):
     """The wandb_workspaces Workspace of the sweep's cell runs (nothing is sent anywhere)."""
     import wandb_workspaces.workspaces as ws
 
@@ -123,7 +124,7 @@ def build_workspace(spec: Mapping[str, Any], entity: Optional[str] = None):
     )
 
 
-def build_report(spec: Mapping[str, Any], entity: Optional[str] = None):
+def build_report(spec: Mapping[str, Any], entity: str | None = None):
     """The wandb_workspaces Report: regression tables, the analysis run's plots and tables, comparison panels."""
     import wandb_workspaces.reports.v2 as wr
 
@@ -175,7 +176,7 @@ def load_spec(sweep_dir: Path) -> dict[str, Any]:
     return spec
 
 
-def save_online(spec: Mapping[str, Any], entity: Optional[str] = None) -> tuple[str, str]:
+def save_online(spec: Mapping[str, Any], entity: str | None = None) -> tuple[str, str]:
     """Save the workspace and the report to W&B; returns their URLs (needs a login and the network)."""
     if not (entity or spec.get("entity")):
         import wandb
@@ -187,7 +188,7 @@ def save_online(spec: Mapping[str, Any], entity: Optional[str] = None) -> tuple[
     return str(workspace.url), str(report.url)
 
 
-def publish_main(argv: Optional[Sequence[str]] = None) -> int:
+def publish_main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m selfpref_sweep.analysis publish-wandb",
         description=("Save the W&B workspace and report specified in SWEEP_DIR/wandb_panels.json (written by the "

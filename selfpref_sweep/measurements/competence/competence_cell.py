@@ -19,18 +19,20 @@ says nothing.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from ...cell.dataset_loaders import Article, Dataset
 from ...cell.judging import OTHER, OWN, ItemRequests, individual_request, pairwise_requests
 from ...cell.pairs import Pair
 from ...cell.scoring import individual_reading, individual_verdict, score_items, unjudged
-from ...records.scores import competence_block
 from ...cell.summaries import HUMAN, SummarySet, dataset_summaries
 from ...config import JudgeConfig, ModelConfig, SettingName
 from ...models.base import AnswerRequest
-from .. import CI_FIELDS, Measurement, Stage, block as sub_block, estimate_text, number, numbers
+from ...records.scores import competence_block
+from .. import CI_FIELDS, Measurement, Stage, estimate_text, number, numbers
+from .. import block as sub_block
 from .competence_settings import CompetenceMode, CompetenceSummaries
 
 QUESTION = "competence"  # prompts.pairwise.competence / prompts.individual.competence, and the verdict's key
@@ -48,10 +50,10 @@ class CompetenceControl:
 
     enabled: bool
     reason: str  # why it is on or off (the setting that decided)
-    summaries: Optional[str] = None  # the source whose summaries it shows
-    items: List[ItemRequests] = field(default_factory=list)
-    distractors: Dict[str, str] = field(default_factory=dict)  # article id -> the other article's id
-    excluded: Dict[str, str] = field(default_factory=dict)  # sampled article id -> why it has no question
+    summaries: str | None = None  # the source whose summaries it shows
+    items: list[ItemRequests] = field(default_factory=list)
+    distractors: dict[str, str] = field(default_factory=dict)  # article id -> the other article's id
+    excluded: dict[str, str] = field(default_factory=dict)  # sampled article id -> why it has no question
     setting: SettingName = SettingName.pairwise  # the cell's setting, which the question follows
 
     @property
@@ -59,7 +61,7 @@ class CompetenceControl:
         return sum(len(slots) for item in self.items for slots in item.by_question.values())
 
 
-def competence_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, str]:
+def competence_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> tuple[bool, str]:
     """(on?, why): judge.competence, with auto on where the judge's calls cost nothing (the backend contract's
     costs_money for the judge's model config: a local judge, or a server its config marks `free: true`) and off
     where they may cost."""
@@ -86,7 +88,7 @@ def control_summaries(cfg: JudgeConfig, own: SummarySet, other: SummarySet, data
     return other
 
 
-def derangement(ids: Sequence[str], seed: Any) -> Dict[str, str]:
+def derangement(ids: Sequence[str], seed: Any) -> dict[str, str]:
     """id -> another id, a single random cycle over all of them (Sattolo's algorithm), so no id maps to
     itself; the same ids and seed give the same mapping."""
     order = list(range(len(ids)))
@@ -97,7 +99,7 @@ def derangement(ids: Sequence[str], seed: Any) -> Dict[str, str]:
     return {ids[i]: ids[order[i]] for i in range(len(ids))} if len(ids) > 1 else {}
 
 
-def sampled_pairs(pairs: Sequence[Pair], cfg: JudgeConfig, seed: int) -> List[Pair]:
+def sampled_pairs(pairs: Sequence[Pair], cfg: JudgeConfig, seed: int) -> list[Pair]:
     """The cell's pairs the control asks about: at most judge.competence_sample of them (seeded), else all."""
     n = int(cfg.competence_sample)
     if not 0 < n < len(pairs):
@@ -106,7 +108,7 @@ def sampled_pairs(pairs: Sequence[Pair], cfg: JudgeConfig, seed: int) -> List[Pa
     return [p for p in pairs if p.article_id in keep]
 
 
-def question_requests(judge, prompts: Mapping, setting: SettingName, question: Pair) -> Dict[str, AnswerRequest]:
+def question_requests(judge, prompts: Mapping, setting: SettingName, question: Pair) -> dict[str, AnswerRequest]:
     """One article's control requests, the true summary in `question.own` and the other article's in
     `question.other`: both orders of the pair (pairwise), or each summary alone (individual)."""
     if SettingName(setting) == SettingName.individual:
@@ -142,7 +144,7 @@ def competence_requests(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts
     return control
 
 
-def control_verdicts(control: CompetenceControl, dists: Mapping, min_mass: float) -> List[dict]:
+def control_verdicts(control: CompetenceControl, dists: Mapping, min_mass: float) -> list[dict]:
     """The record form of each asked article's verdict, in control.items' order: pairwise as the cell's pairwise
     questions; individual as individual recognition, P(Yes) of the true summary in "own"."""
     if control.setting != SettingName.individual:
@@ -155,7 +157,7 @@ def control_verdicts(control: CompetenceControl, dists: Mapping, min_mass: float
     return out
 
 
-def score_competence(control: CompetenceControl, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+def score_competence(control: CompetenceControl, dists: Mapping, min_mass: float) -> dict[str, dict]:
     """article id -> the control's verdict, with the distractor article; excluded articles keep their reason.
     The name of the summaries shown goes under "summaries" in a pairwise verdict (as it always has) and under
     "summary_source" in an individual one, whose "summaries" holds its two readings."""
@@ -169,7 +171,7 @@ def score_competence(control: CompetenceControl, dists: Mapping, min_mass: float
 
 
 def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict], cfg: JudgeConfig,
-                         n_resamples: int, confidence: float, seed: int) -> Dict[str, Any]:
+                         n_resamples: int, confidence: float, seed: int) -> dict[str, Any]:
     """summary.json's judge_competence (competence_block), with the calls it made and the summaries it showed.
     ``n_resamples`` and ``seed`` no longer change the CIs (t intervals over articles)."""
     if not control.enabled:
@@ -180,7 +182,7 @@ def summarize_competence(control: CompetenceControl, verdicts: Mapping[str, dict
     return {**block, "calls_sampled": control.n_requests, "summaries": control.summaries}
 
 
-def format_competence(block: Optional[Dict[str, Any]]) -> Optional[str]:
+def format_competence(block: dict[str, Any] | None) -> str | None:
     """The control's line in the printed cell result (an older block, without log-odds, on the paper's scale)."""
     if not block:
         return None
@@ -228,10 +230,10 @@ class CompetenceMeasurement(Measurement):
                                       shown, spec.seed, spec.setting)
         return Stage(control.enabled, control.reason, control.items, state=(control, shown))
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, dict]:
         return score_competence(stage.state[0], dists, min_mass)
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         spec = inputs.spec
         return summarize_competence(stage.state[0], stage.records, spec.judge, int(spec.bootstrap.n_resamples),
                                     float(spec.bootstrap.confidence), spec.seed)
@@ -239,10 +241,10 @@ class CompetenceMeasurement(Measurement):
     def shown_summaries(self, stage: Stage) -> Sequence[SummarySet]:
         return [stage.state[1]]
 
-    def format(self, block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, block: dict[str, Any] | None) -> str | None:
         return format_competence(block)
 
-    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, summary_block: dict[str, Any]) -> dict[str, Any]:
         """An older block (no log-odds, setting or excluded share) gives NaN / None there; `passed` is read as
         recorded, whatever rule recorded it."""
         passed, setting = summary_block.get("passed"), summary_block.get("setting")
@@ -254,14 +256,14 @@ class CompetenceMeasurement(Measurement):
                 "jc_setting": str(setting) if setting else None,
                 "jc_excluded_share": number(summary_block.get("excluded_share"))}
 
-    def table_columns(self, record: Any) -> Dict[str, Any]:
+    def table_columns(self, record: Any) -> dict[str, Any]:
         return {"competence_score": (record or {}).get("score")}  # None: no control for this item
 
-    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+    def view(self, record: Any) -> dict[str, Any] | None:
         if not isinstance(record, dict):
             return None
         individual = isinstance(record.get("summaries"), dict)
-        out: Dict[str, Any] = {"P(Yes) true / (true + other)" if individual else "P(correct)": record.get("score")}
+        out: dict[str, Any] = {"P(Yes) true / (true + other)" if individual else "P(correct)": record.get("score")}
         if record.get("excluded"):
             out["excluded"] = record.get("exclusion_reason")
         for name, part in (record.get("orders") or {}).items():

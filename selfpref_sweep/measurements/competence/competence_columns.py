@@ -5,14 +5,12 @@ analysis/sweep/report_modules.py finds it as a judge gate), kept apart from the 
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pandas as pd
 
 from .. import flag
 
 
-def passed(cell: pd.Series) -> Optional[bool]:
+def passed(cell: pd.Series) -> bool | None:
     """True / False: the cell's judge passed / failed the control; None: not run, or too few articles to tell."""
     return flag(cell.get("jc_passed"))
 

@@ -12,12 +12,12 @@ import math
 
 import pandas as pd
 
-from .. import number
-from .competence_columns import failed_judges, passed, ran, unit_status
 from ...reporting.controls import ControlReading
 from ...reporting.formatting import DASH, FLAT_ARTICLES, est_ci, fmt, fmt_ci, fmt_int, mde_sentence, rows_table
 from ...reporting.items import NOT_LOGGED, ReportItem
 from ...reporting.method_texts import method_text
+from .. import number
+from .competence_columns import failed_judges, passed, ran, unit_status
 
 __all__ = ["failed_judges", "passed", "ran", "unit_status"]
 

@@ -26,18 +26,19 @@ error under on.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 from ...cell.dataset_loaders import Article
 from ...cell.pairs import Pair
-from ...stats.article_means import article_mean
 from ...cell.summaries import generation_request
 from ...config import JudgeConfig, ModelConfig
 from ...config.spec import reference_model_config, same_model_field
 from ...errors import ConfigError
 from ...models import backend_class, model_identity
 from ...models.base import SCORES_GIVEN_TEXT, SequenceLogprobs, SequenceRequest
+from ...stats.article_means import article_mean
 from ...stats.classifier_metrics import proportion
 from .. import CI_FIELDS, Measurement, Stage, block, interval_text, numbers
 from .familiarity_settings import FamiliarityMode
@@ -47,7 +48,7 @@ OWN, OTHER = "own", "other"
 REFERENCE, SELF_SPECIFIC = "reference", "self_specific"  # the item's and the block's keys for the reference
 REFERENCE_ROLE = "familiarity_reference"  # the reference's role among the cell's models (plan mode's by_model)
 NO_REFERENCE = "no reference model (judge.familiarity_reference is unset)"
-Requests = Dict[str, Dict[str, SequenceRequest]]  # article id -> own/other -> request
+Requests = dict[str, dict[str, SequenceRequest]]  # article id -> own/other -> request
 
 
 @dataclass
@@ -56,11 +57,11 @@ class ReferenceScorer:
 
     enabled: bool
     reason: str
-    name: Optional[str] = None
+    name: str | None = None
     model: Any = None  # a CachedModel, or plan mode's stand-in
     requests: Requests = field(default_factory=dict)
 
-    def flat(self) -> List[SequenceRequest]:
+    def flat(self) -> list[SequenceRequest]:
         return [r for by_slot in self.requests.values() for r in by_slot.values()]
 
 
@@ -72,14 +73,14 @@ class FamiliarityStage:
     reason: str
     requests: Requests = field(default_factory=dict)
     # article id -> the item's record (score_familiarity), filled by measure_familiarity
-    records: Dict[str, Optional[Dict[str, Any]]] = field(default_factory=dict)
+    records: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     reference: ReferenceScorer = field(default_factory=lambda: ReferenceScorer(False, NO_REFERENCE))
 
-    def flat(self) -> List[SequenceRequest]:
+    def flat(self) -> list[SequenceRequest]:
         return [r for by_slot in self.requests.values() for r in by_slot.values()]
 
 
-def familiarity_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool, str]:
+def familiarity_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> tuple[bool, str]:
     """(on?, why): judge.familiarity, with auto on where the judge can score given text, as its backend's
     contract says for its config (sequence_logprobs_support: a local model can; a server can where its
     completions endpoint echoes prompt logprobs, found once per process, so no item sends a doomed request).
@@ -103,7 +104,7 @@ def familiarity_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig) -> Tuple[bool,
 
 def familiarity_requests(judge, judge_cfg: ModelConfig, cfg: JudgeConfig, prompts: Mapping, task: str,
                          articles: Sequence[Article], pairs: Sequence[Pair], max_new_tokens: int,
-                         load_model: Optional[Callable[[ModelConfig, str], Any]] = None) -> FamiliarityStage:
+                         load_model: Callable[[ModelConfig, str], Any] | None = None) -> FamiliarityStage:
     """Per judged pair, the judge's scoring request of each summary after the summarization prompt, and the
     reference model's of the same (when one is named). `judge` is the cell's judge (a CachedModel, or plan
     mode's stand-in), `judge_cfg` its model config; `load_model` loads the reference through the cell's
@@ -135,7 +136,7 @@ def scoring_requests(model, model_cfg: ModelConfig, prompts: Mapping, task: str,
 
 
 def reference_scorer(cfg: JudgeConfig, judge, judge_cfg: ModelConfig,
-                     load_model: Optional[Callable[[ModelConfig, str], Any]]) -> ReferenceScorer:
+                     load_model: Callable[[ModelConfig, str], Any] | None) -> ReferenceScorer:
     """The reference model, loaded, or why there is none: unset, or (under judge.familiarity=auto) a backend
     that cannot score given text, or no loader (a caller outside the cell). The judge itself is refused."""
     ref_cfg = reference_model_config(cfg.familiarity_reference)
@@ -170,7 +171,7 @@ def refuse_the_judge(ref_cfg: ModelConfig, judge_cfg: ModelConfig, judge_identit
 
 
 def _pair_record(by_slot: Mapping[str, SequenceRequest], results: Mapping[SequenceRequest, SequenceLogprobs]
-                 ) -> Optional[Dict[str, Any]]:
+                 ) -> dict[str, Any] | None:
     """Mean log-likelihood per token of each summary, own - other and the token counts; None unless both
     summaries were scored."""
     own, other = results.get(by_slot[OWN]), results.get(by_slot[OTHER])
@@ -181,13 +182,13 @@ def _pair_record(by_slot: Mapping[str, SequenceRequest], results: Mapping[Sequen
 
 
 def score_familiarity(stage: FamiliarityStage, results: Mapping[SequenceRequest, SequenceLogprobs],
-                      reference_results: Optional[Mapping[SequenceRequest, SequenceLogprobs]] = None
-                      ) -> Dict[str, Optional[Dict[str, Any]]]:
+                      reference_results: Mapping[SequenceRequest, SequenceLogprobs] | None = None
+                      ) -> dict[str, dict[str, Any] | None]:
     """article id -> the item's familiarity record: the judge's mean log-likelihood per token of each
     summary, own - other, and the token counts; None for an article whose summaries were not both scored. With
     a reference, also the reference's record (None where it did not score both) and `self_specific`, the
     judge's difference minus the reference's."""
-    out: Dict[str, Optional[Dict[str, Any]]] = {}
+    out: dict[str, dict[str, Any] | None] = {}
     for aid, by_slot in stage.requests.items():
         record = _pair_record(by_slot, results)
         if record is not None and stage.reference.enabled:
@@ -210,7 +211,7 @@ def measure_familiarity(judge, stage: FamiliarityStage) -> FamiliarityStage:
 
 
 def summarize_familiarity(stage: FamiliarityStage, n_items: int, n_resamples: int, confidence: float,
-                          seed: int) -> Dict[str, Any]:
+                          seed: int) -> dict[str, Any]:
     """summary.json's familiarity block: mean own - other log-likelihood per token, and the likelihood
     recognizer's accuracy (share of items whose own summary is the likelier; a tie counts ½), each with an
     article-clustered t CI (article_means.article_mean); with a reference model, the same of the reference and the
@@ -232,7 +233,7 @@ def summarize_familiarity(stage: FamiliarityStage, n_items: int, n_resamples: in
     return out
 
 
-def likelihood_block(scored: Mapping[str, Dict[str, Any]], confidence: float) -> Dict[str, Any]:
+def likelihood_block(scored: Mapping[str, dict[str, Any]], confidence: float) -> dict[str, Any]:
     """One model's means over the scored items (article id -> its own/other/difference record): own, other,
     own - other with its CI, and the likelihood recognizer (own is the likelier; a tie counts ½) with its CI."""
     ids = list(scored)
@@ -243,7 +244,7 @@ def likelihood_block(scored: Mapping[str, Dict[str, Any]], confidence: float) ->
             "likelihood_recognition": share_of_wins(wins, confidence)}
 
 
-def share_of_wins(wins: Sequence[float], confidence: float) -> Dict[str, Any]:
+def share_of_wins(wins: Sequence[float], confidence: float) -> dict[str, Any]:
     """The likelihood recognizer's accuracy, a proportion of items (one per article), with its Wilson interval:
     honest at 10 of 10, where an article-level interval collapses to [1, 1]."""
     share = proportion(wins, confidence)
@@ -251,11 +252,11 @@ def share_of_wins(wins: Sequence[float], confidence: float) -> Dict[str, Any]:
             "method": "wilson"}
 
 
-def _mean(values: Sequence[float]) -> Optional[float]:
+def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def format_familiarity(block: Optional[Dict[str, Any]]) -> Optional[str]:
+def format_familiarity(block: dict[str, Any] | None) -> str | None:
     """The stage's line in the printed cell result (and the reference's, when the block has one)."""
     if not block:
         return None
@@ -270,7 +271,7 @@ def format_familiarity(block: Optional[Dict[str, Any]]) -> Optional[str]:
     return line if ref is None else line + "\n" + format_reference(ref, block.get(SELF_SPECIFIC) or {})
 
 
-def format_reference(ref: Dict[str, Any], self_specific: Dict[str, Any]) -> str:
+def format_reference(ref: dict[str, Any], self_specific: dict[str, Any]) -> str:
     """The reference model's line: its own - other difference and the judge's self-specific part."""
     if not ref.get("enabled"):
         return f"  familiarity ref   none ({ref.get('reason')})"
@@ -307,21 +308,21 @@ class FamiliarityMeasurement(Measurement):
                                      getattr(inputs, "load_model", None))
         return Stage(stage.enabled, stage.reason, state=stage)
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         return measure_familiarity(judge, stage.state).records
 
     def n_requests(self, stage: Stage) -> int:
         return len(stage.state.flat()) + len(stage.state.reference.flat())
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         boot = inputs.spec.bootstrap
         return summarize_familiarity(stage.state, n_items, int(boot.n_resamples), float(boot.confidence),
                                      inputs.spec.seed)
 
-    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, summary_block: dict[str, Any] | None) -> str | None:
         return format_familiarity(summary_block)
 
-    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, summary_block: dict[str, Any]) -> dict[str, Any]:
         ref = block(summary_block, REFERENCE)
         return {"fam_enabled": None if not summary_block else bool(summary_block.get("enabled", False)),
                 **numbers(block(summary_block, "mean_difference"), "fam_diff", CI_FIELDS),
@@ -334,18 +335,18 @@ class FamiliarityMeasurement(Measurement):
                 **numbers(block(summary_block, SELF_SPECIFIC), "fam_self_specific", CI_FIELDS),
                 **numbers(ref, "fam_ref", {"n": "n"}), "fam_ref_reason": reference_reason(summary_block)}
 
-    def item_columns(self, record: Any) -> Dict[str, Any]:
+    def item_columns(self, record: Any) -> dict[str, Any]:
         record = record if isinstance(record, dict) else {}
         slots = {"own": OWN, "other": OTHER, "difference": "difference"}
         return {**numbers(record, "fam", slots), **numbers(block(record, REFERENCE), "fam_ref", slots),
                 **numbers(record, "fam", {"self_specific": SELF_SPECIFIC})}
 
-    def table_columns(self, record: Any) -> Dict[str, Any]:
+    def table_columns(self, record: Any) -> dict[str, Any]:
         return {"familiarity_difference": (record or {}).get("difference"),
                 "familiarity_self_specific": (record or {}).get(SELF_SPECIFIC)}
 
 
-def reference_reason(summary_block: Dict[str, Any]) -> str:
+def reference_reason(summary_block: dict[str, Any]) -> str:
     """Why a cell has a reference model's familiarity or not, in words (older cells say so)."""
     if not summary_block:
         return ""

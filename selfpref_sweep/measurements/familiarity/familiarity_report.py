@@ -23,21 +23,30 @@ model's, judge.familiarity_reference) and the surface-feature baseline, each "no
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..recognition_classifier.classifier_report import ACCURACY_COLUMNS
-from ..surface_baseline.surface_report import SURFACE_COLUMNS
 from ...reporting.formatting import DASH, FLAT_ARTICLES, SCALE_NAMES, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
-from ...reporting.grouping import (LEVEL_ITEM, SCALES, UNIT_KEYS, condition_groups, incomplete_note, kept_items,
-                                   key_frame, missing_in)
+from ...reporting.grouping import (
+    LEVEL_ITEM,
+    SCALES,
+    UNIT_KEYS,
+    condition_groups,
+    incomplete_note,
+    kept_items,
+    key_frame,
+    missing_in,
+)
 from ...reporting.items import ReportItem
 from ...reporting.method_texts import method_text
 from ...reporting.regression import ALPHA, clustered_ols
 from ...stats.clustered import ClusteredOLS, too_few_clusters
+from ..recognition_classifier.classifier_report import ACCURACY_COLUMNS
+from ..surface_baseline.surface_report import SURFACE_COLUMNS
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 FAMILIARITY = "familiarity"  # the regressor: own - other mean log-likelihood per token
@@ -53,7 +62,7 @@ class FamiliarityFit:
     n: int
     ok: bool
     note: str = ""
-    n_clusters: Optional[int] = None
+    n_clusters: int | None = None
     n_variants: int = 0
     rec_before: float = math.nan
     rec_before_ci_low: float = math.nan
@@ -293,7 +302,7 @@ def baseline_reading(row: Any) -> str:
     return "; ".join(parts) or DASH
 
 
-def authorship_baselines_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
+def authorship_baselines_table(cells: pd.DataFrame) -> pd.DataFrame | None:
     """Per cell: verbal recognition (paper score, log-odds, and accuracy where the recognition classifier ran)
     next to the authorship baselines (the likelihood recognizer, the self-specific familiarity against the
     reference model, the surface-feature baseline), each with its 95% CI or "not measured", and a reading.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from ...schema_fields import Switch
 
@@ -19,4 +19,4 @@ class FamiliaritySettings:
     # Cross-model familiarity: the same log-likelihoods scored by a second local model (a model config, e.g.
     # `+model@judge.familiarity_reference=smollm135`); null: none. The self-specific part is the judge's
     # own - other difference minus the reference's.
-    familiarity_reference: Optional[Any] = None
+    familiarity_reference: Any | None = None

@@ -31,17 +31,20 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
-from ...cell.judging import OTHER as OTHER_SLOT, OWN as OWN_SLOT, ItemRequests, individual_request, pairwise_requests
+from ...cell.judging import OTHER as OTHER_SLOT
+from ...cell.judging import OWN as OWN_SLOT
+from ...cell.judging import ItemRequests, individual_request, pairwise_requests
 from ...cell.pairs import Pair
 from ...cell.scoring import score_items
-from ...stats.article_means import article_mean
 from ...config import JudgeConfig, ModelConfig, SettingName, Switch
 from ...errors import ConfigError
 from ...finetune import labels as L
 from ...records.schema import Item, verdict_of
+from ...stats.article_means import article_mean
 from ...stats.classifier_metrics import wilson
 from .. import CI_FIELDS, Measurement, Stage, block, estimate_text, number, numbers
 from . import placebo_rule
@@ -61,14 +64,14 @@ class PlaceboTruth:
 
 
 # question name (a prompt under prompts.pairwise) -> its truth; the measures are the fine-tuning controls' own.
-TRUTHS: Dict[str, PlaceboTruth] = {
+TRUTHS: dict[str, PlaceboTruth] = {
     "length": PlaceboTruth("word count", L.word_count),
     "vowel": PlaceboTruth("vowel count", L.vowel_count),
     "readability": PlaceboTruth("Flesch reading ease", L.reading_ease),
 }
 
 
-def truth_of(question: str, own: str, other: str) -> Tuple[str, float, float]:
+def truth_of(question: str, own: str, other: str) -> tuple[str, float, float]:
     """(which summary the right answer names: own, other or tie; own's value; other's value)."""
     measure = TRUTHS[question].measure
     a, b = float(measure(own)), float(measure(other))
@@ -84,7 +87,7 @@ def asked_format(setting: SettingName | str, prompts: Mapping, question: str) ->
 
 
 def placebo_enabled(cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping,
-                    setting: SettingName | str = SettingName.pairwise) -> Tuple[bool, str]:
+                    setting: SettingName | str = SettingName.pairwise) -> tuple[bool, str]:
     """(on?, why): judge.placebo, with auto on where the judge's calls cost nothing (the backend contract's
     costs_money, as the competence control) and where the prompt set has the question (in the format the cell
     asks it: asked_format). An unknown question, or a missing prompt with judge.placebo=on, is a ConfigError."""
@@ -119,8 +122,8 @@ class PlaceboState:
 
     question: str
     asked: SettingName = SettingName.pairwise
-    words: Optional[int] = None
-    truths: Dict[str, Tuple[str, float, float]] = field(default_factory=dict)
+    words: int | None = None
+    truths: dict[str, tuple[str, float, float]] = field(default_factory=dict)
 
 
 def placebo_stage(judge, cfg: JudgeConfig, judge_cfg: ModelConfig, prompts: Mapping, pairs: Sequence[Pair],
@@ -152,26 +155,26 @@ def median_words(texts: Sequence[str]) -> int:
     return int(statistics.median(L.word_count(t) for t in texts)) if texts else 0
 
 
-def correct_probability(p_own: Optional[float], truth: str) -> Optional[float]:
+def correct_probability(p_own: float | None, truth: str) -> float | None:
     """P(the right answer) from P(own): None for a tie (no right answer) or an excluded verdict."""
     if p_own is None or truth == TIE:
         return None
     return p_own if truth == OWN else 1.0 - p_own
 
 
-def correct_logodds(logodds: Optional[float], truth: str) -> Optional[float]:
+def correct_logodds(logodds: float | None, truth: str) -> float | None:
     """The log-odds of the right answer (the verdict's own-vs-other log-odds, signed by the truth)."""
     if logodds is None or truth == TIE:
         return None
     return logodds if truth == OWN else -logodds
 
 
-def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> dict[str, dict]:
     """article id -> the placebo's record: the pairwise verdict (score = P(own), logodds own vs other, orders)
     with the question, the feature's values, the truth and P(correct)."""
     state: PlaceboState = stage.state
     truth = TRUTHS[state.question]
-    out: Dict[str, dict] = {}
+    out: dict[str, dict] = {}
     for item, scored in zip(stage.answer_items, score_items(stage.answer_items, dists, state.asked, min_mass)):
         verdict = scored[state.question]
         which, own_value, other_value = state.truths[item.article_id]
@@ -183,7 +186,7 @@ def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, di
 
 
 # ---------------------------------------------------------------------------------------- summary.json
-def proportion(successes: int, n: int, confidence: float) -> Dict[str, Any]:
+def proportion(successes: int, n: int, confidence: float) -> dict[str, Any]:
     """A proportion of n with its Wilson interval (classifier_metrics.wilson); nulls without items."""
     if n <= 0:
         return {"rate": None, "ci_low": None, "ci_high": None, "count": 0}
@@ -191,13 +194,13 @@ def proportion(successes: int, n: int, confidence: float) -> Dict[str, Any]:
     return {"rate": successes / n, "ci_low": low, "ci_high": high, "count": int(successes)}
 
 
-def choice(logodds: Optional[float]) -> int:
+def choice(logodds: float | None) -> int:
     """+1: own picked, -1: other picked, 0: no choice (an even answer, or no verdict)."""
     value = number(logodds)
     return 0 if math.isnan(value) or value == 0 else (1 if value > 0 else -1)
 
 
-def _item_choices(record: Any, item: Optional[Item], questions: Sequence[str]) -> Optional[List[int]]:
+def _item_choices(record: Any, item: Item | None, questions: Sequence[str]) -> list[int] | None:
     """[placebo, recognition, preference?] choices of one item; None where any verdict is absent or excluded."""
     if not isinstance(record, dict) or record.get("excluded") or item is None:
         return None
@@ -207,12 +210,12 @@ def _item_choices(record: Any, item: Optional[Item], questions: Sequence[str]) -
     return [choice(record.get("logodds")), *(choice(v.logodds) for v in verdicts)]
 
 
-def _finite(value: float) -> Optional[float]:
+def _finite(value: float) -> float | None:
     """A float for summary.json: null where it is not finite (JSON has no NaN)."""
     return value if math.isfinite(value) else None
 
 
-def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: float) -> Dict[str, Any]:
+def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: float) -> dict[str, Any]:
     """How often the placebo's choice agrees with the recognition choice, and the preference choice with the
     recognition choice, on the same items: those with all three verdicts and a choice in each (an even answer
     is no choice; such items are counted in n_no_choice). Without a recognition verdict there is nothing to
@@ -238,7 +241,7 @@ def agreement(records: Mapping[str, Any], items: Sequence[Item], confidence: flo
             "mcnemar_p": _finite(placebo_rule.mcnemar_p(pref_only, placebo_only)) if "preference" in asked else None}
 
 
-def placebo_reading(agree: Mapping[str, Any]) -> Optional[placebo_rule.PlaceboReading]:
+def placebo_reading(agree: Mapping[str, Any]) -> placebo_rule.PlaceboReading | None:
     """placebo_rule's reading of the agreement block (told apart, alike, undetermined or no link, with its test
     figures); None where a rate is missing (no recognition or no preference verdict)."""
     pl, pref = block(agree, "placebo_recognition").get("rate"), block(agree, "preference_recognition").get("rate")
@@ -248,7 +251,7 @@ def placebo_reading(agree: Mapping[str, Any]) -> Optional[placebo_rule.PlaceboRe
                              int(agree["preference_only"]), int(agree["placebo_only"]))
 
 
-def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confidence: float) -> Dict[str, Any]:
+def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confidence: float) -> dict[str, Any]:
     """summary.json's placebo block: accuracy (mean P(correct), article-clustered t CI on the logit scale) and
     the mean log-odds of the right answer over the items with a right answer; P(own) on the placebo over every
     scored item; the agreement rates with Wilson intervals; counts of excluded and tied items."""
@@ -256,7 +259,7 @@ def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confide
     scored = {aid: r for aid, r in records.items() if not r.get("excluded")}
     graded = [(aid, r) for aid, r in scored.items() if r.get("truth") != TIE]
     ids = [aid for aid, _ in graded]
-    reasons: Dict[str, int] = {}
+    reasons: dict[str, int] = {}
     for r in records.values():
         if r.get("excluded"):
             reasons[str(r.get("exclusion_reason"))] = reasons.get(str(r.get("exclusion_reason")), 0) + 1
@@ -273,12 +276,12 @@ def summarize_placebo(stage: Stage, items: Sequence[Item], setting: str, confide
             "calls": sum(len(s) for it in stage.answer_items for s in it.by_question.values())}
 
 
-def _reading_dict(reading: Optional[placebo_rule.PlaceboReading]) -> Optional[Dict[str, Any]]:
+def _reading_dict(reading: placebo_rule.PlaceboReading | None) -> dict[str, Any] | None:
     return reading.to_dict() if reading is not None else None
 
 
 # ------------------------------------------------------------------------------------------- read back
-def format_placebo(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+def format_placebo(summary_block: dict[str, Any] | None) -> str | None:
     """The placebo's line in the printed cell result."""
     if not summary_block:
         return None
@@ -307,12 +310,12 @@ _LINE = {placebo_rule.APART: "preference follows recognition more closely than t
          placebo_rule.UNDETERMINED: "undetermined, the data tell neither apart nor alike"}
 
 
-def view_placebo(record: Any) -> Optional[Dict[str, Any]]:
+def view_placebo(record: Any) -> dict[str, Any] | None:
     """The item's placebo as the item viewer shows it."""
     if not isinstance(record, dict):
         return None
     values = record.get("values") or {}
-    out: Dict[str, Any] = {"question": record.get("question"),
+    out: dict[str, Any] = {"question": record.get("question"),
                            "right answer": f"{record.get('truth')} ({record.get('feature')}: own "
                                            f"{values.get(OWN)}, other {values.get(OTHER)})",
                            "P(own)": record.get("score"), "P(correct)": record.get("correct")}
@@ -331,13 +334,13 @@ def view_placebo(record: Any) -> Optional[Dict[str, Any]]:
 _AGREE = {"pl_agree_recognition": "placebo_recognition", "pl_pref_agree_recognition": "preference_recognition"}
 
 
-def _rate_columns(stats: Dict[str, Any], column: str) -> Dict[str, float]:
+def _rate_columns(stats: dict[str, Any], column: str) -> dict[str, float]:
     """{column: rate, column_ci_low, column_ci_high} of a proportion block (NaN when absent)."""
     return {column: number(stats.get("rate")), f"{column}_ci_low": number(stats.get("ci_low")),
             f"{column}_ci_high": number(stats.get("ci_high"))}
 
 
-def placebo_cell_columns(summary_block: Dict[str, Any]) -> Dict[str, Any]:
+def placebo_cell_columns(summary_block: dict[str, Any]) -> dict[str, Any]:
     """summary.json's block flattened into the analysis' cell frame (pl_*; {} block: an older cell)."""
     agree = block(summary_block, "agreement")
     # read again from the counts, so a sweep written under an older rule gets this one's reading
@@ -374,27 +377,27 @@ class PlaceboMeasurement(Measurement):
         spec = inputs.spec
         return placebo_stage(judge, spec.judge, judge_cfg, spec.prompts, inputs.pairs.pairs, spec.setting)
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, dict]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, dict]:
         return score_placebo(stage, dists, min_mass)
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         """Without the cell's items: accuracy only, no agreement (the cell calls summarize_items)."""
         return self.summarize_items(stage, inputs, ())
 
-    def summarize_items(self, stage: Stage, inputs, items: Sequence[Item]) -> Dict[str, Any]:
+    def summarize_items(self, stage: Stage, inputs, items: Sequence[Item]) -> dict[str, Any]:
         spec = inputs.spec
         return summarize_placebo(stage, items, SettingName(spec.setting).value, float(spec.bootstrap.confidence))
 
-    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, summary_block: dict[str, Any] | None) -> str | None:
         return format_placebo(summary_block)
 
-    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, summary_block: dict[str, Any]) -> dict[str, Any]:
         return placebo_cell_columns(summary_block)
 
-    def item_columns(self, record: Any) -> Dict[str, Any]:
+    def item_columns(self, record: Any) -> dict[str, Any]:
         record = record if isinstance(record, dict) else {}
         return {**numbers(record, "pl", {"score": "score", "logodds": "logodds", "correct": "correct"}),
                 "pl_truth": record.get("truth")}
 
-    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+    def view(self, record: Any) -> dict[str, Any] | None:
         return view_placebo(record)

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .. import flag, number
-from . import placebo_rule
 from ...reporting.controls import ControlReading
 from ...reporting.formatting import DASH, fmt, fmt_ci, fmt_int, fmt_p, fmt_proportion
 from ...reporting.grouping import key_frame
@@ -35,6 +33,8 @@ from ...reporting.items import ReportItem
 from ...reporting.method_texts import method_text
 from ...reporting.regression import ALPHA, MIN_POINTS, clustered_ols
 from ...stats.clustered import ClusteredOLS, too_few_clusters
+from .. import flag, number
+from . import placebo_rule
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 
@@ -281,7 +281,7 @@ CONTROL_COLUMNS = ("placebo: right answer (log-odds [95% CI]; P(correct))",
 OPENS_CONTROLS_TABLE = True  # a newer control: where some cell ran it, the report shows the judge-controls table
 
 
-def read(cell: pd.Series) -> Optional[bool]:
+def read(cell: pd.Series) -> bool | None:
     """True: the placebo is answered above chance, read as the competence control is, on the log-odds of the right
     answer (content beyond any position bias: its CI above 0), or, without log-odds, its mean P(correct)'s CI above
     ½; False: it is not; None: no placebo measured."""
@@ -298,7 +298,7 @@ def asked_individually(cell: pd.Series) -> bool:
     return cell.get("pl_asked") == "individual"
 
 
-def reading(cell: pd.Series) -> tuple[Optional[str], str]:
+def reading(cell: pd.Series) -> tuple[str | None, str]:
     """The cell's placebo reading (placebo_rule: apart, alike, undetermined, no link; None: none) and its test's
     figures in words."""
     outcome = cell.get("pl_reading")

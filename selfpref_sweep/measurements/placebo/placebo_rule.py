@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 from scipy import stats
 
@@ -59,7 +58,7 @@ def upper_bound(n: float, preference_only: float, placebo_only: float, alpha: fl
     return upper_b - lower_c
 
 
-def items_for_bound(n: int, preference_only: int, placebo_only: int, margin: float = MARGIN) -> Optional[int]:
+def items_for_bound(n: int, preference_only: int, placebo_only: int, margin: float = MARGIN) -> int | None:
     """About how many items, at the discordance rates seen (no discordance: none), would bring the upper bound
     under the margin; None when the estimate itself is at or above the margin (no number of items would)."""
     if n <= 0 or (preference_only - placebo_only) / n >= margin:
@@ -80,7 +79,7 @@ def items_for_bound(n: int, preference_only: int, placebo_only: int, margin: flo
 class PlaceboReading:
     """The rule's outcome on one cell, with the test figures printed beside it."""
 
-    outcome: Optional[str]  # APART, ALIKE, UNDETERMINED, NO_LINK; None: no item
+    outcome: str | None  # APART, ALIKE, UNDETERMINED, NO_LINK; None: no item
     n: int
     preference_agree: int
     preference_only: int
@@ -126,7 +125,7 @@ class PlaceboReading:
                 "evidence": self.evidence()}
 
 
-def _finite(value: float) -> Optional[float]:
+def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 

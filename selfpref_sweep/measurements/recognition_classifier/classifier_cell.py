@@ -19,7 +19,8 @@ counted by reason and not used.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...config import SettingName, Switch
 from ...records.schema import OrderReading, Verdict, verdict_of
@@ -32,7 +33,7 @@ NO_VERDICT = "no_recognition_verdict"  # the item holds no recognition verdict (
 NO_READINGS = "no_readings"  # a scored verdict without the readings of its setting (a damaged record; counted)
 
 
-def classifier_enabled(judge_settings: Any, questions: Sequence[str]) -> Tuple[bool, str]:
+def classifier_enabled(judge_settings: Any, questions: Sequence[str]) -> tuple[bool, str]:
     """(on?, why): judge.recognition_classifier; auto is on (it makes no calls), but only where the cell asks
     the recognition question."""
     mode = Switch(settings(judge_settings, NAME) or Switch.auto)
@@ -48,11 +49,11 @@ def position_one_probability(order: OrderReading) -> float:
     return order.p_own if order.own_position == 1 else 1.0 - order.p_own
 
 
-def usable_verdicts(items: Sequence[Any], readings: str) -> Tuple[List[Verdict], Dict[str, int]]:
+def usable_verdicts(items: Sequence[Any], readings: str) -> tuple[list[Verdict], dict[str, int]]:
     """The scored recognition verdicts that hold their `readings` ("orders" or "summaries"), and the count
     of every other item by reason."""
-    kept: List[Verdict] = []
-    reasons: Dict[str, int] = {}
+    kept: list[Verdict] = []
+    reasons: dict[str, int] = {}
     for item in items:
         v = verdict_of(item, QUESTION)  # None when the item holds none
         why = (NO_VERDICT if v is None else (v.exclusion_reason or "excluded") if v.excluded
@@ -64,7 +65,7 @@ def usable_verdicts(items: Sequence[Any], readings: str) -> Tuple[List[Verdict],
     return kept, reasons
 
 
-def pairwise_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float) -> Dict[str, Any]:
+def pairwise_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float) -> dict[str, Any]:
     """Accuracy per order and over both, AUROC and calibration of P(answer "1") (see the module's docstring)."""
     forward = [v.orders["forward"] for v in verdicts]
     backward = [v.orders["backward"] for v in verdicts]
@@ -85,7 +86,7 @@ def pairwise_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float
     }
 
 
-def individual_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float) -> Dict[str, Any]:
+def individual_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float) -> dict[str, Any]:
     """Paired accuracy (own above other), accuracy at 1/2 for own and other apart, AUROC and calibration of
     P(Yes) against "own"."""
     own = [v.summaries["own"].value for v in verdicts]
@@ -101,7 +102,7 @@ def individual_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: flo
 
 
 def summarize_classifier(items: Sequence[Any], setting: str, n_bins: int, confidence: float,
-                         reason: str) -> Dict[str, Any]:
+                         reason: str) -> dict[str, Any]:
     """summary.json's block: the setting's metrics over the cell's scored recognition verdicts, with the
     excluded items counted by reason."""
     pairwise = setting == SettingName.pairwise.value
@@ -116,7 +117,7 @@ def _number_text(value: Any, digits: int = 3) -> str:
     return "n/a" if v != v else f"{v:.{digits}f}"
 
 
-def format_classifier(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+def format_classifier(summary_block: dict[str, Any] | None) -> str | None:
     """The block's one line in the printed cell result."""
     if not summary_block:
         return None
@@ -134,7 +135,7 @@ def format_classifier(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
             f"(n={summary_block.get('n')}, excluded {summary_block.get('n_excluded')})")
 
 
-def _proportion_columns(summary_block: Mapping[str, Any], key: str) -> Dict[str, float]:
+def _proportion_columns(summary_block: Mapping[str, Any], key: str) -> dict[str, float]:
     part = block(dict(summary_block), key)
     return {f"rc_{key}": number(part.get("value")), f"rc_{key}_ci_low": number(part.get("ci_low")),
             f"rc_{key}_ci_high": number(part.get("ci_high"))}
@@ -162,22 +163,22 @@ class RecognitionClassifierMeasurement(Measurement):
         enabled, reason = classifier_enabled(inputs.spec.judge, inputs.spec.questions)
         return Stage(enabled, reason)
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         return {}
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         raise TypeError(f"{NAME} reads the cell's recognition verdicts: call summarize_items with the items")
 
-    def summarize_items(self, stage: Stage, inputs, items: Sequence[Any]) -> Dict[str, Any]:
+    def summarize_items(self, stage: Stage, inputs, items: Sequence[Any]) -> dict[str, Any]:
         spec = inputs.spec
         return summarize_classifier(items, SettingName(spec.setting).value, int(spec.judge.calibration_bins),
                                     float(spec.bootstrap.confidence), stage.reason)
 
-    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, summary_block: dict[str, Any] | None) -> str | None:
         return format_classifier(summary_block)
 
-    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"rc_enabled": None if not summary_block else bool(summary_block.get("enabled"))}
+    def cell_columns(self, summary_block: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"rc_enabled": None if not summary_block else bool(summary_block.get("enabled"))}
         for key in ("accuracy", "accuracy_forward", "accuracy_backward", "accuracy_own", "accuracy_other"):
             out.update(_proportion_columns(summary_block, key))
         auc, calibration = block(summary_block, "auroc"), block(summary_block, "calibration")

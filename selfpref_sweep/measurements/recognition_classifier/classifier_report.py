@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .. import number
 from ...reporting.figures import DPI, PlotFile, empty_figure, grid
 from ...reporting.formatting import DASH, fmt, fmt_ci, fmt_int
 from ...reporting.items import ReportItem
 from ...reporting.method_texts import method_text
+from .. import number
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 
@@ -62,7 +62,7 @@ def _split(c: Any, pairwise_key: str, individual_key: str) -> str:
     return with_ci(getattr(c, key), getattr(c, f"{key}_ci_low"), getattr(c, f"{key}_ci_high"))
 
 
-def classifier_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
+def classifier_table(cells: pd.DataFrame) -> pd.DataFrame | None:
     """Per cell that read recognition as a classifier: accuracy per order (pairwise: own shown first, own
     shown second; individual: own at 1/2, other at 1/2) and overall, each with its Wilson 95% CI, AUROC, ECE
     and the items used. None where no cell recorded it."""

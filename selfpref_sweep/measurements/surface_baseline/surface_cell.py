@@ -14,8 +14,9 @@ Deterministic: the folds follow the items' order and the solver has a fixed rand
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ N_TOP_COEFFICIENTS = 5
 PUNCTUATION = {",": "comma", ".": "period", ";": "semicolon", ":": "colon", "!": "exclamation",
                "?": "question_mark", '"': "double_quote", "'": "apostrophe", "-": "hyphen", "(": "open_paren",
                ")": "close_paren"}
-FEATURES: Tuple[str, ...] = ("words", "characters", "mean_word_length", "sentences",
+FEATURES: tuple[str, ...] = ("words", "characters", "mean_word_length", "sentences",
                              *(f"{name}_per_char" for name in PUNCTUATION.values()),
                              "digit_share", "uppercase_share", "type_token_ratio", "stopword_share",
                              "flesch_reading_ease")
@@ -42,9 +43,10 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")  # letters and digits, with inn
 _SENTENCE_END = re.compile(r"[.!?]+[\"'’”)\]]*(?=\s|$)")
 
 
-def surface_features(text: str) -> List[float]:
+def surface_features(text: str) -> list[float]:
     """The summary's features, in the order of FEATURES."""
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
     from ...finetune.labels import reading_ease  # textstat with its dictionary offline (one home for it)
 
     words = [w.lower() for w in _WORD.findall(text)]
@@ -59,7 +61,7 @@ def surface_features(text: str) -> List[float]:
             reading_ease(text)]
 
 
-def design(pairs: Sequence[Pair]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def design(pairs: Sequence[Pair]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(X, y, groups): per item the feature difference own - other (y 1), then every item's negation (y 0);
     groups are the article ids, so an item's two presentations always share a fold."""
     diff = np.array([np.subtract(surface_features(p.own), surface_features(p.other)) for p in pairs], dtype=float)
@@ -86,7 +88,7 @@ def classifier():
                                                               random_state=RANDOM_STATE))
 
 
-def out_of_fold(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int) -> Tuple[np.ndarray, np.ndarray]:
+def out_of_fold(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int) -> tuple[np.ndarray, np.ndarray]:
     """(P(own) per item from the fold that held its article out, that fold's index per item). P(own) averages
     the item's two presentations: P(label 1 | own - other) and 1 - P(label 1 | other - own)."""
     from sklearn.model_selection import cross_val_predict
@@ -100,7 +102,7 @@ def out_of_fold(X: np.ndarray, y: np.ndarray, groups: np.ndarray, n_folds: int) 
     return 0.5 * (proba[:n] + 1.0 - proba[n:]), fold[:n]
 
 
-def top_coefficients(X: np.ndarray, y: np.ndarray, n_top: int = N_TOP_COEFFICIENTS) -> List[Dict[str, Any]]:
+def top_coefficients(X: np.ndarray, y: np.ndarray, n_top: int = N_TOP_COEFFICIENTS) -> list[dict[str, Any]]:
     """The largest standardized coefficients (by size) of a fit on every item; > 0: own has more of it."""
     model = classifier().fit(X, y)
     coef = model[-1].coef_[0]
@@ -113,14 +115,14 @@ class SurfaceStage:
     """The baseline's work for a cell: its usable pairs, the items left out and why, the folds, and the
     reason it cannot run although on (too few articles), if any."""
 
-    pairs: List[Pair]
-    excluded: Dict[str, str] = field(default_factory=dict)
+    pairs: list[Pair]
+    excluded: dict[str, str] = field(default_factory=dict)
     folds: int = 5
-    not_run: Optional[str] = None
-    matrix: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # design(pairs), once computed
+    not_run: str | None = None
+    matrix: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # design(pairs), once computed
 
 
-def baseline_stage(judge_settings: Any, pairs: Sequence[Pair]) -> Tuple[bool, str, SurfaceStage]:
+def baseline_stage(judge_settings: Any, pairs: Sequence[Pair]) -> tuple[bool, str, SurfaceStage]:
     """(on?, why, the stage): judge.surface_baseline; auto is on where the cell has at least 2 x folds usable
     items (one per article), on with fewer than `folds` runs nothing and records why."""
     mode = Switch(settings(judge_settings, NAME) or Switch.auto)
@@ -138,7 +140,7 @@ def baseline_stage(judge_settings: Any, pairs: Sequence[Pair]) -> Tuple[bool, st
     return True, f"judge.{NAME}={mode.value}: {count}", stage
 
 
-def run_baseline(stage: SurfaceStage) -> Dict[str, Dict[str, Any]]:
+def run_baseline(stage: SurfaceStage) -> dict[str, dict[str, Any]]:
     """article id -> the item's record: its held-out P(own) and the fold that held it out ({} when the
     baseline cannot run)."""
     if stage.not_run or not stage.pairs:
@@ -148,11 +150,11 @@ def run_baseline(stage: SurfaceStage) -> Dict[str, Dict[str, Any]]:
     return {p.article_id: {"p_own": float(q), "fold": int(k)} for p, q, k in zip(stage.pairs, p_own, fold)}
 
 
-def summarize_baseline(stage: SurfaceStage, records: Mapping[str, Dict[str, Any]], reason: str,
-                       confidence: float) -> Dict[str, Any]:
+def summarize_baseline(stage: SurfaceStage, records: Mapping[str, dict[str, Any]], reason: str,
+                       confidence: float) -> dict[str, Any]:
     """summary.json's block: accuracy on held-out articles with its Wilson interval, AUROC over both
     presentations, the counts, the folds, the features and the top coefficients."""
-    out: Dict[str, Any] = {"enabled": True, "reason": stage.not_run or reason, "formulation": "pairwise",
+    out: dict[str, Any] = {"enabled": True, "reason": stage.not_run or reason, "formulation": "pairwise",
                            "n": len(records), "n_excluded": len(stage.excluded),
                            "exclusions": _counts(stage.excluded.values()), "folds": stage.folds,
                            "features": list(FEATURES), "confidence": confidence}
@@ -166,14 +168,14 @@ def summarize_baseline(stage: SurfaceStage, records: Mapping[str, Dict[str, Any]
             "top_coefficients": top_coefficients(X, y)}
 
 
-def _counts(reasons) -> Dict[str, int]:
-    out: Dict[str, int] = {}
+def _counts(reasons) -> dict[str, int]:
+    out: dict[str, int] = {}
     for why in reasons:
         out[why] = out.get(why, 0) + 1
     return out
 
 
-def format_baseline(summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+def format_baseline(summary_block: dict[str, Any] | None) -> str | None:
     """The block's one line in the printed cell result."""
     if not summary_block:
         return None
@@ -206,16 +208,16 @@ class SurfaceBaselineMeasurement(Measurement):
         enabled, reason, state = baseline_stage(inputs.spec.judge, inputs.pairs.pairs)
         return Stage(enabled, reason, state=state)
 
-    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> Dict[str, Any]:
+    def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         return run_baseline(stage.state)
 
-    def summarize(self, stage: Stage, inputs, n_items: int) -> Dict[str, Any]:
+    def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         return summarize_baseline(stage.state, stage.records, stage.reason, float(inputs.spec.bootstrap.confidence))
 
-    def format(self, summary_block: Optional[Dict[str, Any]]) -> Optional[str]:
+    def format(self, summary_block: dict[str, Any] | None) -> str | None:
         return format_baseline(summary_block)
 
-    def cell_columns(self, summary_block: Dict[str, Any]) -> Dict[str, Any]:
+    def cell_columns(self, summary_block: dict[str, Any]) -> dict[str, Any]:
         acc = block(summary_block, "accuracy")
         top = summary_block.get("top_coefficients") or []
         return {"sb_enabled": None if not summary_block else bool(summary_block.get("enabled")),
@@ -227,9 +229,9 @@ class SurfaceBaselineMeasurement(Measurement):
                                              for c in top if isinstance(c, dict)),
                 "sb_reason": str(summary_block.get("reason") or "")}
 
-    def item_columns(self, record: Any) -> Dict[str, Any]:
+    def item_columns(self, record: Any) -> dict[str, Any]:
         return {"sb_p_own": number((record if isinstance(record, dict) else {}).get("p_own"))}
 
-    def view(self, record: Any) -> Optional[Dict[str, Any]]:
+    def view(self, record: Any) -> dict[str, Any] | None:
         return None if not isinstance(record, dict) else {"surface baseline P(own)": record.get("p_own"),
                                                           "held out in fold": record.get("fold")}

@@ -6,7 +6,6 @@ cell frame's sb_* columns.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -14,8 +13,13 @@ import pandas as pd
 from ...reporting.formatting import DASH, fmt, fmt_int
 from ...reporting.items import ReportItem
 from ...reporting.method_texts import method_text
-from ..recognition_classifier.classifier_report import (CELL_COLUMNS, CELL_HEADS, enabled_cells,
-                                                          recognition_accuracy, with_ci)
+from ..recognition_classifier.classifier_report import (
+    CELL_COLUMNS,
+    CELL_HEADS,
+    enabled_cells,
+    recognition_accuracy,
+    with_ci,
+)
 
 PACKAGE = __package__  # its texts/ folder holds its method prose
 
@@ -24,7 +28,7 @@ NAME = "surface_baseline"
 SURFACE_COLUMNS = ("sb_accuracy", "sb_accuracy_ci_low", "sb_accuracy_ci_high")
 
 
-def surface_table(cells: pd.DataFrame) -> Optional[pd.DataFrame]:
+def surface_table(cells: pd.DataFrame) -> pd.DataFrame | None:
     """Per cell that recorded the surface baseline (on or off): its held-out accuracy with the Wilson 95% CI,
     AUROC, items, folds and leading features beside the judge's verbal recognition accuracy; a cell where it
     did not run says why. None where no cell recorded it."""

@@ -19,8 +19,8 @@ prompt is read exactly as before (one position, FULL_METHOD).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import Dict, Iterator, List, Sequence, Tuple
 
 from ..base import AnswerDistribution, AnswerRequest
 from .answer_tokens import FULL_METHOD, SPLIT_METHOD, split_tokens
@@ -40,7 +40,7 @@ class AnswerReading:
     positions, and the float32 output layer they are read from."""
 
     def answer_distributions(self, requests: Sequence[AnswerRequest]
-                             ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+                             ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         prompts = [self.encode(self.render(r.messages)) for r in requests]
         if self.chunk:  # batch-invariant: each prompt's numbers as if alone
             runs = self._trie_tails(prompts) if self.split_free else self._chunk_tails(prompts)
@@ -52,7 +52,7 @@ class AnswerReading:
                 self.tokens_requested += len(prompts[i])
                 yield requests[i], dist
 
-    def _trie_tails(self, prompts: List[List[int]]) -> Iterator[Tuple[List[int], object, object]]:
+    def _trie_tails(self, prompts: list[list[int]]) -> Iterator[tuple[list[int], object, object]]:
         """(prompt indices, each one's last hidden state, the batch's cache) per forward that ends prompts: over
         their shared prefixes (models/local/prefix.py), or without prefix reuse each prompt from scratch."""
         if not self.prefix_reuse:
@@ -68,18 +68,18 @@ class AnswerReading:
             self.tokens_computed += sum(map(len, suffixes))
             yield step.prompts, last, batch_cache
 
-    def _chunk_tails(self, prompts: List[List[int]]) -> Iterator[Tuple[List[int], object, object]]:
+    def _chunk_tails(self, prompts: list[list[int]]) -> Iterator[tuple[list[int], object, object]]:
         """`_trie_tails` by fixed chunks (`_invariant_runs`): each prompt's tail on its chunk-boundary cache."""
         for rows, out, cache in self._invariant_runs(prompts, [[] for _ in prompts]):
             yield rows, out.last_hidden_state[list(range(len(rows))), [self._tail_last(prompts[i]) for i in rows]], cache
 
-    def _read_in_blocks(self, runs, prompts: List[List[int]], requests: Sequence[AnswerRequest]
-                        ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+    def _read_in_blocks(self, runs, prompts: list[list[int]], requests: Sequence[AnswerRequest]
+                        ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         """Batch-invariant answers from runs of (prompt indices, last hidden states, batch cache): the last
         positions read HEAD_ROWS at a time, across runs (`_head_probs`); each row's second position (split answers)
         on its own cache, which keeps its run's batch cache alive until the row is read. With key blocks the
         row's cache is cut to its prompt: the padding after it depends on its batch (trie) or width (chunks)."""
-        pending: List[Tuple[int, object, object]] = []
+        pending: list[tuple[int, object, object]] = []
         for rows, last, cache in runs:
             for r, i in enumerate(rows):
                 pending.append((i, last[r], _row_cache(cache, r, len(prompts[i]) if self.key_blocks else None)))
@@ -89,7 +89,7 @@ class AnswerReading:
         if pending:
             yield from self._read_block(pending, prompts, requests)
 
-    def _read_block(self, block, prompts, requests) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+    def _read_block(self, block, prompts, requests) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         probs = self._head_probs(self.torch.stack([h for _, h, _ in block]))
         for (i, _, cache), row in zip(block, probs):
             self.tokens_requested += len(prompts[i])
@@ -105,7 +105,7 @@ class AnswerReading:
             return self._probs(torch.cat([hidden, hidden[:1].expand(HEAD_ROWS - n, -1)]))[:n]
         return torch.stack([self._probs(h.expand(HEAD_ROWS, -1).contiguous())[0] for h in hidden])
 
-    def _second_position(self, cache, lengths: List[int], picks: List[Tuple[int, int]]):
+    def _second_position(self, cache, lengths: list[int], picks: list[tuple[int, int]]):
         """The hidden state one position on, for each (row, token) in `picks`: the row's prompt plus
         that token, in one batch on the first batch's cache (consumed: no prompt is recomputed). The
         rows are right-padded to the cache's width, so the mask hides each row's padding and its
@@ -151,18 +151,18 @@ class AnswerReading:
         with torch.inference_mode():
             return torch.softmax(self._logits(hidden), dim=-1)
 
-    def _answer_probs(self, probs, answers: Sequence[str]) -> Dict[str, float]:
+    def _answer_probs(self, probs, answers: Sequence[str]) -> dict[str, float]:
         return {a: float(probs[self.answer_ids(a)].sum()) if self.answer_ids(a) else 0.0 for a in answers}
 
-    def _distributions(self, hidden, cache, lengths: List[int], requests: Sequence[AnswerRequest]
-                       ) -> List[AnswerDistribution]:
+    def _distributions(self, hidden, cache, lengths: list[int], requests: Sequence[AnswerRequest]
+                       ) -> list[AnswerDistribution]:
         """One batch's answer distributions, from its last hidden states and its cache; the rows
         whose whitespace-only tokens carry enough mass get a second position (split answers)."""
         # One output-layer product for the whole batch: the float32 head is read once, not once per row.
         return self._distributions_of(self._probs(hidden), cache, lengths, requests)
 
-    def _distributions_of(self, batch_probs, cache, lengths: List[int], requests: Sequence[AnswerRequest]
-                          ) -> List[AnswerDistribution]:
+    def _distributions_of(self, batch_probs, cache, lengths: list[int], requests: Sequence[AnswerRequest]
+                          ) -> list[AnswerDistribution]:
         """`_distributions` from the rows' next-token distributions."""
         dists, picks = [], []
         for row, (probs, req) in enumerate(zip(batch_probs, requests)):

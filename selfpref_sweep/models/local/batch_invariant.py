@@ -46,8 +46,8 @@ the cost.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
-from typing import Dict, Iterator, List, Tuple
 
 from .kv_cache import _clone_cache, _first_rows, _returned_cache, _row_cache, _stack_padded
 
@@ -66,16 +66,16 @@ class BatchInvariant:
     """LocalModel's batch-invariant runs: each prompt's chunks and tail, batched by shape within the device's
     token and KV-cache budgets."""
 
-    def _bound(self, prompt: List[int]) -> int:
+    def _bound(self, prompt: list[int]) -> int:
         """The last chunk boundary before the prompt's last token: its cache is built in chunks up to there."""
         return (len(prompt) - 1) // self.chunk * self.chunk
 
-    def _tail_last(self, prompt: List[int]) -> int:
+    def _tail_last(self, prompt: list[int]) -> int:
         """The position of the prompt's last real token within its tail forward (right padding follows it)."""
         return len(prompt) - self._bound(prompt) - 1
 
-    def _invariant_runs(self, prompts: List[List[int]], extras: List[List[int]]
-                        ) -> Iterator[Tuple[List[int], object, object]]:
+    def _invariant_runs(self, prompts: list[list[int]], extras: list[list[int]]
+                        ) -> Iterator[tuple[list[int], object, object]]:
         """Run every prompt as batch-invariant computation does alone, batched where that changes no bit.
 
         Prompt i's cache is built chunk by chunk up to its boundary b_i (the last multiple of the chunk before
@@ -91,13 +91,13 @@ class BatchInvariant:
         for w in range(0, len(order), window):
             yield from self._invariant_window(prompts, extras, bounds, order[w:w + window])
 
-    def _invariant_window(self, prompts, extras, bounds, window: List[int]) -> Iterator[Tuple[List[int], object, object]]:
+    def _invariant_window(self, prompts, extras, bounds, window: list[int]) -> Iterator[tuple[list[int], object, object]]:
         """`_invariant_runs` for some prompts, depth by depth: the tails that start at this depth, then the
         next chunk of every prompt that goes deeper (from the prefix LRU where it holds it)."""
         key = (lambda i, n: tuple(prompts[i][:n])) if self.prefix_reuse else (lambda i, n: (i,) + tuple(prompts[i][:n]))
-        level: Dict[tuple, object] = {}
+        level: dict[tuple, object] = {}
         for depth in range(0, max(bounds[i] for i in window) + 1, self.chunk):
-            tails: Dict[int, List[int]] = {}
+            tails: dict[int, list[int]] = {}
             for i in window:
                 if bounds[i] == depth:
                     tails.setdefault(self._tail_width(len(prompts[i]) - depth + len(extras[i])), []).append(i)
@@ -109,11 +109,11 @@ class BatchInvariant:
                     yield rows, out, _returned_cache(out)
             level = self._next_level(prompts, [i for i in window if bounds[i] > depth], depth, level, key)
 
-    def _next_level(self, prompts, deeper: List[int], depth: int, level: Dict[tuple, object], key) -> Dict[tuple, object]:
+    def _next_level(self, prompts, deeper: list[int], depth: int, level: dict[tuple, object], key) -> dict[tuple, object]:
         """The caches one chunk deeper of the given prompts: each distinct one from the LRU or computed, the
         computed ones a few batches of rows (every row one chunk on a cache of `depth` tokens)."""
-        nxt: Dict[tuple, object] = {}
-        todo: Dict[tuple, int] = {}
+        nxt: dict[tuple, object] = {}
+        todo: dict[tuple, int] = {}
         for i in deeper:
             k = key(i, depth + self.chunk)
             if k in nxt or k in todo:
@@ -135,7 +135,7 @@ class BatchInvariant:
                     self.prefix_lru.put(prompts[i][:depth + self.chunk], row)
         return nxt
 
-    def _row_batches(self, group: List[int], depth: int, length: int) -> Iterator[List[int]]:
+    def _row_batches(self, group: list[int], depth: int, length: int) -> Iterator[list[int]]:
         """Batches of one shape (`length` new tokens on a cache of `depth`): the fixed row count where every
         forward has one, else as many rows as the budget allows where rows are invariant; else one."""
         if self.rows:
@@ -150,7 +150,7 @@ class BatchInvariant:
         forward is one of a few shapes), else its query width (its own length with no key blocks)."""
         return -(-length // self.chunk) * self.chunk if self.rows else self._query_width(length)
 
-    def _rows_forward(self, ids: List[List[int]], caches: List[object] | None):
+    def _rows_forward(self, ids: list[list[int]], caches: list[object] | None):
         """One forward of pieces of one shape, each row of `ids` on its own cache (None: from position 0).
         Where every forward has a fixed row count, the batch is filled up with copies of its first piece; the
         pieces are the output's first rows."""
@@ -160,7 +160,7 @@ class BatchInvariant:
             caches = caches + [caches[0]] * fill if caches else caches
         return self._forward_rows(ids, self._stacked(caches) if caches else None)
 
-    def _stacked(self, caches: List[object]):
+    def _stacked(self, caches: list[object]):
         """One batch cache from row caches of one length: a new cache object (a forward extends the one it is
         given, and these rows' caches are read again)."""
         return _clone_cache(caches[0]) if len(caches) == 1 else _stack_padded(caches, caches[0].get_seq_length())

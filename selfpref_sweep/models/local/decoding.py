@@ -12,10 +12,10 @@ summaries equal the batch-of-one decoding token for token.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from itertools import groupby
-from typing import Dict, Iterator, List, Sequence, Tuple
 
-from ..base import Generation, GenerateRequest
+from ..base import GenerateRequest, Generation
 from .key_blocks import KEY_BLOCK, folded_heads
 from .kv_cache import _returned_cache, _row_cache, _rows_copy, _stack_padded
 
@@ -29,7 +29,7 @@ DECODE_WIDTH = 256
 class Decoding:
     """LocalModel's summaries: batches of prompts of similar length, or batch-invariant rows of one width."""
 
-    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[tuple[GenerateRequest, Generation]]:
         """Greedy decoding in batches of up to `generate_batch` prompts; sorted by length so a batch pads
         little, and grouped by decoding length (a batch shares max_new_tokens)."""
         encoded = []
@@ -46,8 +46,8 @@ class Decoding:
             for k in range(0, len(group), size):
                 yield from self._generate_batch(group[k:k + size])
 
-    def _generate_batch(self, batch: List[Tuple[GenerateRequest, List[int]]]
-                        ) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def _generate_batch(self, batch: list[tuple[GenerateRequest, list[int]]]
+                        ) -> Iterator[tuple[GenerateRequest, Generation]]:
         """One left-padded batch: the mask hides each row's padding (and generate() derives each row's
         positions from it), and a row that emits a stop token is finished while the others go on.
 
@@ -69,7 +69,7 @@ class Decoding:
         for row, (req, prompt) in enumerate(batch):
             yield req, self._generation(req, prompt, out[row, width:].tolist())
 
-    def _generation(self, req: GenerateRequest, prompt: List[int], new: List[int]) -> Generation:
+    def _generation(self, req: GenerateRequest, prompt: list[int], new: list[int]) -> Generation:
         """A row's summary from its new tokens: up to and with its first stop token (what follows is padding)."""
         stops = set(self._stop_ids)
         new = new[:next((i + 1 for i, t in enumerate(new) if t in stops), len(new))]
@@ -78,8 +78,8 @@ class Decoding:
             completion = completion.split(stop)[0]
         return Generation(text=completion.strip(), prompt_tokens=len(prompt), completion_tokens=len(new))
 
-    def _invariant_generate(self, group: List[Tuple[GenerateRequest, List[int]]]
-                            ) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def _invariant_generate(self, group: list[tuple[GenerateRequest, list[int]]]
+                            ) -> Iterator[tuple[GenerateRequest, Generation]]:
         """Batch-invariant summaries (one max_new_tokens): each prompt's cache built to its width, then rows
         decoded together as soon as a batch of them is ready, or, when the waiting rows' caches outgrow half the
         KV budget, the fullest batch's rows as they are (the rest at the end). Rows of one width share a batch,
@@ -90,7 +90,7 @@ class Decoding:
         widths = [self._decode_width(len(p)) for p in prompts]
         any_width = self._decodes_any_width
         extras = [[] if any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths)]
-        pending: Dict[int, list] = {}
+        pending: dict[int, list] = {}
         for rows, out, cache in self._invariant_runs(prompts, extras):
             for r, i in enumerate(rows):
                 key = 0 if any_width else widths[i]
@@ -117,15 +117,15 @@ class Decoding:
         and few prompts of many lengths still fill the batches."""
         return self.key_blocks and self.split_free
 
-    def _decode_ready(self, group, ready: list, widths: List[int]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def _decode_ready(self, group, ready: list, widths: list[int]) -> Iterator[tuple[GenerateRequest, Generation]]:
         width = max(widths[i] for i, _, _ in ready)
         new = self._decode_rows_greedy([len(group[i][1]) for i, _, _ in ready], [h for _, h, _ in ready],
                                        [c for _, _, c in ready], width, group[0][0].max_new_tokens)
         for (i, _, _), tokens in zip(ready, new):
             yield group[i][0], self._generation(group[i][0], group[i][1], tokens)
 
-    def _decode_rows_greedy(self, lengths: List[int], hidden: list, caches: list, width: int, max_new: int
-                            ) -> List[List[int]]:
+    def _decode_rows_greedy(self, lengths: list[int], hidden: list, caches: list, width: int, max_new: int
+                            ) -> list[list[int]]:
         """Greedy decoding of rows whose caches are up to `width` wide (row r's prompt in its first lengths[r]
         slots, padding after, the cache right-padded to `width`), from each prompt's last hidden state, in one
         batch of exactly `_decode_rows` rows (filled up with copies of the first): every step is one shape, each
@@ -165,7 +165,7 @@ class Decoding:
     def _decode_rows(self) -> int:
         return self.rows or max(1, self.generate_batch)
 
-    def _generation_cache(self, batch: List[Tuple[GenerateRequest, List[int]]], width: int):
+    def _generation_cache(self, batch: list[tuple[GenerateRequest, list[int]]], width: int):
         """The KV cache a batch decodes on: each prompt but its last token, left-padded to the batch."""
         if self.prefix_reuse and all(len(p) > 1 for _, p in batch):
             return _stack_padded([self._prompt_cache(p[:-1]) for _, p in batch], width - 1)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
 from functools import cached_property
-from typing import Dict, Iterator, List, Tuple
 
 from ...errors import ModelUnavailableError
 from .key_blocks import query_width
@@ -16,7 +16,7 @@ class Forwards:
     """LocalModel's forwards: prefixes extended into the KV cache (from and into the prefix LRU), batches scored on
     a shared prefix's cache, rows of equal length run on theirs."""
 
-    def _prompt_cache(self, tokens: List[int]):
+    def _prompt_cache(self, tokens: list[int]):
         """The KV cache of these tokens: from the longest prefix the LRU holds, the rest computed (and the
         whole stored)."""
         n, cache = self.prefix_lru.longest(tokens)
@@ -25,7 +25,7 @@ class Forwards:
             self.prefix_lru.put(tokens, cache)
         return cache
 
-    def _walk(self, prompts: List[List[int]], steps) -> Iterator[Tuple[Score, object]]:
+    def _walk(self, prompts: list[list[int]], steps) -> Iterator[tuple[Score, object]]:
         """Run a schedule's Extend steps into the KV cache and yield each Score step with the cache of the
         shared prefix it starts from (None when it starts from scratch). An Extend starts from the longest
         prefix of its tokens in the LRU of earlier calls, and its result goes into that LRU."""
@@ -47,7 +47,7 @@ class Forwards:
                 continue
             yield from self._score_from_stored(prompts, step, cache if step.start else None)
 
-    def _score_from_stored(self, prompts: List[List[int]], step: Score, cache) -> Iterator[Tuple[Score, object]]:
+    def _score_from_stored(self, prompts: list[list[int]], step: Score, cache) -> Iterator[tuple[Score, object]]:
         """A Score step as scheduled, except that prompts with a longer prefix in the prefix LRU start from
         it: in a later cell an article often has a single new prompt (the new source's summary), which the
         schedule scores from the shared chat header, not from the article an earlier cell computed. Prompts
@@ -68,7 +68,7 @@ class Forwards:
         for key, (stored, group) in found.items():
             yield Score(group, len(key)), stored
 
-    def _run_into_cache(self, ids: List[int], cache):
+    def _run_into_cache(self, ids: list[int], cache):
         """The cache after running one row of tokens on it (a forward of exactly these tokens; with key blocks,
         of their query width, the padding cropped off again)."""
         pad = self._query_width(len(ids)) - len(ids)
@@ -77,14 +77,14 @@ class Forwards:
             cache.crop(-pad)
         return cache
 
-    def _extend(self, ids: List[int], cache):
+    def _extend(self, ids: list[int], cache):
         extended = self._run_into_cache(ids, cache)
         if not _croppable(extended):  # the schedule crops caches back to shared prefixes
             raise ModelUnavailableError(f"{self.cfg.name}: its KV cache cannot be cropped (sliding-window "
                                         f"layers); set prefix_reuse: false for this model.")
         return extended
 
-    def _forward_last(self, suffixes: List[List[int]], cache):
+    def _forward_last(self, suffixes: list[list[int]], cache):
         """The last hidden state after each suffix, all in one right-padded batch on top of a copy
         of the shared prefix's cache, and the batch's own cache (for a second position). Each row is
         read at its last real token."""
@@ -94,7 +94,7 @@ class Forwards:
             last = out.last_hidden_state[torch.arange(len(suffixes)), torch.tensor([len(s) - 1 for s in suffixes])]
         return last, _returned_cache(out)
 
-    def _forward_batch(self, suffixes: List[List[int]], cache):
+    def _forward_batch(self, suffixes: list[list[int]], cache):
         """The model's output over the suffixes, in one right-padded batch on the shared prefix's cache.
         With right padding no real token attends to a pad (attention is causal), so no mask is needed.
         The prefix is lent read-only: a new cache object whose layers hold the prefix's tensors expanded
@@ -106,7 +106,7 @@ class Forwards:
             cache = _clone_cache(cache, batch=len(suffixes))
         return self._forward_rows([s + [pad] * (width - len(s)) for s in suffixes], cache)
 
-    def _forward_rows(self, ids: List[List[int]], cache):
+    def _forward_rows(self, ids: list[list[int]], cache):
         """The model's output over rows of equal length, in one batch on `cache` (one row per prompt)."""
         torch = self.torch
         self.forwards += 1
@@ -115,11 +115,11 @@ class Forwards:
             return self.model.get_decoder()(input_ids=torch.tensor(ids, device=self.device), **self._kv(cache),
                                             use_cache=True)
 
-    def _run_rows(self, ids: List[List[int]], cache):
+    def _run_rows(self, ids: list[list[int]], cache):
         """The cache after running rows of equal length on it."""
         return _returned_cache(self._forward_rows(ids, cache))
 
-    def _kv(self, cache) -> Dict[str, object]:
+    def _kv(self, cache) -> dict[str, object]:
         """The KV-cache keyword argument, by the name this transformers takes: 5.x renamed `past_key_values`
         to `cache` (the old name warns on every call and is removed in 5.40); older releases know only the old."""
         return {self._kv_name: cache}
@@ -134,5 +134,5 @@ class Forwards:
         else the length itself."""
         return query_width(length) if self.key_blocks else length
 
-    def _right_padded(self, ids: List[int], width: int) -> List[int]:
+    def _right_padded(self, ids: list[int], width: int) -> list[int]:
         return ids + [self._pad_id] * (width - len(ids))

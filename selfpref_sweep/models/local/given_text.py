@@ -7,7 +7,7 @@ each text is then run on a copy of that cache and its tokens' log-probabilities 
 
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence, Tuple
+from collections.abc import Iterator, Sequence
 
 from ..base import SequenceLogprobs, SequenceRequest
 from .prefix import Score, schedule
@@ -17,7 +17,7 @@ class GivenText:
     """LocalModel's sequence_logprobs: prompt + text run over the shared-prefix schedule or in chunks."""
 
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
-                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+                          ) -> Iterator[tuple[SequenceRequest, SequenceLogprobs]]:
         """The log-likelihood of each continuation after its prompt (the chat messages with the assistant
         turn opened, as generation renders them). The schedule runs over the prompts alone, so a shared
         prefix never reaches into a continuation and every continuation token is read in a Score step."""
@@ -38,8 +38,8 @@ class GivenText:
                 self.tokens_requested += len(prompts[i]) + len(texts[i])
                 yield requests[i], SequenceLogprobs(total=total, n_tokens=len(texts[i]), prompt_tokens=len(prompts[i]))
 
-    def _text_runs(self, prompts: List[List[int]], texts: List[List[int]]
-                   ) -> Iterator[Tuple[List[int], List[int], object]]:
+    def _text_runs(self, prompts: list[list[int]], texts: list[list[int]]
+                   ) -> Iterator[tuple[list[int], list[int], object]]:
         """Batches of prompt + text run through the model: (prompt indices, where each row starts in its prompt,
         the last hidden states). Batch-invariant: each row from its prompt's chunk boundary; else the shared-
         prefix schedule over the prompts (without prefix reuse, each prompt from scratch)."""
@@ -53,14 +53,14 @@ class GivenText:
             self.tokens_computed += sum(map(len, suffixes))
             yield step.prompts, [step.start] * len(step.prompts), self._forward_batch(suffixes, cache).last_hidden_state
 
-    def _text_steps(self, prompts: List[List[int]]) -> Iterator[Tuple[Score, object]]:
+    def _text_steps(self, prompts: list[list[int]]) -> Iterator[tuple[Score, object]]:
         """The Score steps of scoring given texts, each with the cache it starts from: the shared-prefix schedule
         (without prefix reuse, each prompt from scratch)."""
         steps = (schedule(prompts, max_batch=self.max_batch, min_saving=self.min_extend_saving) if self.prefix_reuse
                  else [Score([i], 0) for i in range(len(prompts))])
         yield from self._walk(prompts, steps)
 
-    def _token_logprobs(self, hidden, tokens: List[int]) -> float:
+    def _token_logprobs(self, hidden, tokens: list[int]) -> float:
         """Sum of log P(token_k | hidden_k) over the text, from the float32 output layer."""
         if not tokens:
             return 0.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from typing import List
 
 
 def _clone_cache(cache, batch: int = 1):
@@ -20,7 +19,7 @@ def _clone_cache(cache, batch: int = 1):
     return twin
 
 
-def _stack_padded(caches: List[object], width: int, right: bool = False):
+def _stack_padded(caches: list[object], width: int, right: bool = False):
     """One batch cache from single-row caches of up to `width` positions: each row padded with zeros to `width`
     on the left (or the right), where the attention mask hides them; rows stacked in order."""
     import torch

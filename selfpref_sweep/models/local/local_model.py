@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Dict, List, Tuple
 
 from ...errors import ModelUnavailableError
 from ..base import ModelAPI, ModelIdentity, adapter_fingerprint, option
@@ -68,7 +67,7 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
         self.key_blocks = self._key_blocks_for(self.chunk)
         self.prefix_lru = PrefixLRU(int(float(option(cfg, "prefix_cache_mb", 1024)) * 2 ** 20),
                                     clone=_clone_cache, size=_cache_bytes)
-        self._answer_ids: Dict[str, List[int]] = {}
+        self._answer_ids: dict[str, list[int]] = {}
         self.tokens_computed = 0  # prompt tokens actually run through the model (after prefix reuse)
         self.tokens_requested = 0
         self.second_positions = 0  # prompts whose answer was read at a second position (split answers)
@@ -126,7 +125,7 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
         return False  # runs on this machine
 
     @classmethod
-    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+    def preflight_problems(cls, cfg, model_cache: str) -> list[tuple[str, str]]:
         """Weights that are not on this machine (packages missing, or a hub id with no local copy)."""
         from .weights import weights_problem
 

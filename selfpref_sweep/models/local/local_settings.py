@@ -4,7 +4,6 @@ default and its allowed range; config.ModelConfig is made of these, the other ba
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ...schema_fields import COUNT, NON_NEGATIVE, Range, ranged
 
@@ -26,12 +25,12 @@ class LocalSettings:
     # where that cannot change a row's bits (see batch_invariant_rows). null (auto): on
     # where the model runs in a 16-bit type (bf16 rounding makes batched results depend on the batch), off in
     # float32 (exact up to float32 rounding, and faster batched). models/local/.
-    batch_invariant: Optional[bool] = None
+    batch_invariant: bool | None = None
     batch_invariant_chunk: int = ranged(64, Range(low=1, high=4096, integer=True))
     # Local models, batch-invariant computation: rows of every forward (filled up with copies), for a device whose
     # rounding depends on a product's row count (a GPU): results then depend on their prompt and this number,
     # which the cache key holds. null (auto): 32 on a GPU, 0 elsewhere; 0: pieces share a forward only where the
     # device gives each row what it gives alone (a CPU), else one per forward.
-    batch_invariant_rows: Optional[int] = ranged(None, Range(low=0, high=4096, integer=True))
+    batch_invariant_rows: int | None = ranged(None, Range(low=0, high=4096, integer=True))
     # Local models: tokens per forward pass. null: from the device (512 on a CPU, 16384 on a GPU).
-    forward_tokens: Optional[int] = ranged(None, Range(low=1, high=2 ** 20, integer=True))
+    forward_tokens: int | None = ranged(None, Range(low=1, high=2 ** 20, integer=True))

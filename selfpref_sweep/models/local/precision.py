@@ -15,16 +15,15 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import FrozenSet
 
 log = logging.getLogger(__name__)
 
 AUTO = "auto"
 # /proc/cpuinfo flags (x86 "flags", Arm "Features") of instructions that compute bf16 products natively.
-NATIVE_BF16_CPU_FLAGS: FrozenSet[str] = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+NATIVE_BF16_CPU_FLAGS: frozenset[str] = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def cpu_flags(cpuinfo: str) -> FrozenSet[str]:
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
     """The instruction-set flags listed in a /proc/cpuinfo text."""
     flags = set()
     for line in cpuinfo.splitlines():

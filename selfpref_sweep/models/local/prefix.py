@@ -11,9 +11,10 @@ the next cell of a sweep (same articles, another source) starts where the last o
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Union
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class Extend:
 class Score:
     """From a cache of length `start`, run tokens [start:] of each prompt and read each last position."""
 
-    prompts: List[int]
+    prompts: list[int]
     start: int
 
 
@@ -44,7 +45,7 @@ def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8, min_saving: int = 0) -> List[Step]:
+def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8, min_saving: int = 0) -> list[Step]:
     """Steps that score every prompt once. Every prompt must be non-empty.
 
     In a sorted list, the prefix shared by a run of prompts is the prefix of its first and last.
@@ -63,14 +64,14 @@ def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8, min_saving: i
     if any(len(p) == 0 for p in prompts):
         raise ValueError("empty prompt")
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-    steps: List[Step] = []
+    steps: list[Step] = []
 
-    def score(leaves: List[int], cached: int) -> None:
+    def score(leaves: list[int], cached: int) -> None:
         leaves = sorted(leaves, key=lambda i: len(prompts[i]))
         for k in range(0, len(leaves), max_batch):
             steps.append(Score(leaves[k : k + max_batch], cached))
 
-    def visit(group: List[int], cached: int) -> List[int]:
+    def visit(group: list[int], cached: int) -> list[int]:
         """Schedule a group whose prompts share tokens [:cached] (the cache's length when its steps run);
         returns the prompts left to be scored from `cached` by the caller."""
         if len(group) == 1:
@@ -81,7 +82,7 @@ def schedule(prompts: Sequence[Sequence[int]], max_batch: int = 8, min_saving: i
         if shared > cached and (shared - cached) * (len(group) - 1) >= max(1, min_saving):
             steps.append(Extend(group[0], cached, shared))
             start = shared
-        leaves: List[int] = []
+        leaves: list[int] = []
         for _, run in groupby(group, key=lambda i: prompts[i][shared]):
             run = list(run)
             if len(run) == 1 or len(run) == len(group):  # a leaf, or no further split possible
@@ -126,14 +127,14 @@ class PrefixLRU:
         self.max_bytes = int(max_bytes)
         self._clone = clone
         self._size = size
-        self._entries: "OrderedDict[Tuple[int, ...], Tuple[object, int]]" = OrderedDict()
-        self._lengths: Dict[int, int] = {}  # prefix length -> how many entries have it
+        self._entries: OrderedDict[tuple[int, ...], tuple[object, int]] = OrderedDict()
+        self._lengths: dict[int, int] = {}  # prefix length -> how many entries have it
         self.bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def longest(self, tokens: Sequence[int], at_least: int = 1) -> Tuple[int, Optional[object]]:
+    def longest(self, tokens: Sequence[int], at_least: int = 1) -> tuple[int, object | None]:
         """The longest stored prefix of `tokens` (at least `at_least` long): its length and a clone of its
         cache, or (0, None)."""
         for n in sorted(self._lengths, reverse=True):

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 import logging
 import platform
-from functools import cached_property, lru_cache
+from collections.abc import Callable
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Callable
 
 from ...errors import StorageError
 from ...records.atomic import atomic_write_json
@@ -34,7 +34,7 @@ FILE = "probes.json"
 _CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile", "asimd", "sve")
 
 
-@lru_cache(maxsize=None)
+@cache
 def device_kind(device: str) -> str:
     """What picks the kernels: a GPU's name and compute capability, or a CPU's model and vector extensions."""
     import torch

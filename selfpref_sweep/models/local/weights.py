@@ -16,10 +16,8 @@ import shutil
 import tempfile
 from importlib import metadata
 from pathlib import Path
-from typing import List, Optional
 
 from filelock import FileLock
-
 
 from ...errors import ModelUnavailableError
 from .precision import resolve_dtype
@@ -66,7 +64,7 @@ def _assemble_gguf(w, out_dir: Path) -> Path:
         target = out_dir / "model.gguf"
         with open(target, "wb") as out:
             for module in w.modules:
-                parts: List[Path] = sorted((_module_dir(module, hint) / "data").glob("part*.bin"))
+                parts: list[Path] = sorted((_module_dir(module, hint) / "data").glob("part*.bin"))
                 if not parts:
                     raise ModelUnavailableError(f"No weight parts in package {module!r}. Reinstall: {hint}")
                 for part in parts:
@@ -127,7 +125,7 @@ def local_hf_dir(cfg, model_cache: str) -> Path:
     return target
 
 
-def weights_problem(cfg, model_cache: str) -> Optional[str]:
+def weights_problem(cfg, model_cache: str) -> str | None:
     """Why a local model's weights could not be loaded on this machine, checked without loading them (plan
     mode's pre-flight); None when they are there. Packaged weights: converted already, or their packages
     installed. A Hugging Face id: a local directory, or a copy in the Hugging Face cache."""

@@ -46,21 +46,40 @@ import logging
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import TypeVar
 from urllib.parse import urlparse
 
 from omegaconf import DictConfig
 
 from ...errors import ConfigError, ModelUnavailableError
-from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, spells_answer, unique)
-from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _safe_name, _usage,  # noqa: F401
-                          distribution_from_top_logprobs, generation_from)
+from ..base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    Generation,
+    ModelAPI,
+    ModelIdentity,
+    SequenceLogprobs,
+    SequenceRequest,
+    adapter_fingerprint,
+    spells_answer,
+    unique,
+)
+from ..retry import is_transient, retrying, status_code
 from .openai_echo import _chat_template_text, _mode, compile_chat_template, echoed_continuation, render_chat
 from .openai_errors import _Cancelled, _describe, _LogprobsRefused, _NoLogprobs, _refuses_logprobs
 from .openai_settings import MAX_TOP_LOGPROBS
-from ..retry import is_transient, retrying, status_code
+from .openai_wire import (  # noqa: F401
+    _cfg_value,
+    _first_token_top_logprobs,
+    _messages,
+    _safe_name,
+    _usage,
+    distribution_from_top_logprobs,
+    generation_from,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +94,8 @@ PROBE_TEXT = "The cat sat on the mat. It was a sunny day."  # echo_logprobs=auto
 
 # Per process, by (base_url, model): the refusal of the logprobs parameter (its server message), and the
 # outcome of the echo probe ((scores given text?, how that was found)), so neither is asked again.
-_LOGPROBS_REFUSED: Dict[Tuple[str, str], str] = {}
-_ECHO_PROBES: Dict[Tuple[str, str], Tuple[bool, str]] = {}
+_LOGPROBS_REFUSED: dict[tuple[str, str], str] = {}
+_ECHO_PROBES: dict[tuple[str, str], tuple[bool, str]] = {}
 _STATE_LOCK = threading.Lock()
 
 T = TypeVar("T")
@@ -103,7 +122,7 @@ answer_matches = spells_answer  # the rule the local backend reads its vocabular
 
 # -------------------------------------------------------------------------------------- backend
 class OpenAIModel(ModelAPI):
-    def __init__(self, cfg: DictConfig, model_cache: Optional[str] = None, show_progress: bool = True):
+    def __init__(self, cfg: DictConfig, model_cache: str | None = None, show_progress: bool = True):
         import openai  # lazily: only cells that use an API model need the client
 
         self.cfg = cfg
@@ -116,10 +135,10 @@ class OpenAIModel(ModelAPI):
         self.max_retries = max(0, int(_cfg_value(cfg, "max_retries", 6)))
         self.retry_backoff_s = max(0.0, float(_cfg_value(cfg, "retry_backoff_s", 0.5)))
         self._logprobs_seen = False  # whether this server has returned logprobs (then a response without is a fault)
-        self._n_supported: Optional[bool] = None  # whether the server honours n > 1
+        self._n_supported: bool | None = None  # whether the server honours n > 1
         # The model's refusal of the logprobs parameter (its server message), once seen, here or earlier in
         # the process: no logprob request goes out after it.
-        self.logprobs_refused: Optional[str] = _LOGPROBS_REFUSED.get((self.base_url, self.api_model))
+        self.logprobs_refused: str | None = _LOGPROBS_REFUSED.get((self.base_url, self.api_model))
         key = self._api_key(cfg)
         self._secrets = tuple(s for s in (key,) if s and s != NO_KEY)
         self._client = openai.OpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout_s, max_retries=0)
@@ -152,11 +171,11 @@ class OpenAIModel(ModelAPI):
         return bool(_cfg_value(cfg, "batch", False))
 
     @classmethod
-    def top_logprobs(cls, cfg) -> Optional[int]:
+    def top_logprobs(cls, cfg) -> int | None:
         return int(cls.judge_settings(cfg)["top_logprobs"])
 
     @classmethod
-    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+    def preflight_problems(cls, cfg, model_cache: str) -> list[tuple[str, str]]:
         """An unset API key variable where the server needs one (anything off loopback)."""
         base_url = _base_url(cfg)
         env = str(_cfg_value(cfg, "api_key_env", "OPENAI_API_KEY"))
@@ -166,7 +185,7 @@ class OpenAIModel(ModelAPI):
                             f"call to {base_url} would fail")]
 
     @classmethod
-    def sequence_logprobs_support(cls, cfg) -> Tuple[bool, str]:
+    def sequence_logprobs_support(cls, cfg) -> tuple[bool, str]:
         """Whether this server scores given text through its completions endpoint (echo), and how that was
         decided: `echo_logprobs` off/on, or (auto) one probe request per server and model per process. Never
         for a chat model without `chat_template`, and (auto) never probed at api.openai.com, which refuses it."""
@@ -189,7 +208,7 @@ class OpenAIModel(ModelAPI):
         return _probe_echo(cfg)
 
     @classmethod
-    def judge_settings(cls, cfg) -> Dict[str, object]:
+    def judge_settings(cls, cfg) -> dict[str, object]:
         """top_logprobs (capped at the API's limit) and the sampling fallback: they change results, so they
         travel in each judge request's JudgeDecoding (and its cache key)."""
         return {"top_logprobs": max(0, min(int(_cfg_value(cfg, "top_logprobs", MAX_TOP_LOGPROBS)), MAX_TOP_LOGPROBS)),
@@ -217,7 +236,7 @@ class OpenAIModel(ModelAPI):
 
     # ------------------------------------------------------------------------------- one call
     def _with_retry(self, fn: Callable[[], T], stop: threading.Event, what: str,
-                    check: Optional[Callable[[T], None]] = None, refusable: bool = False) -> T:
+                    check: Callable[[T], None] | None = None, refusable: bool = False) -> T:
         """fn() under the retry policy; transient errors are retried, others raise at once. `check(result)`
         may raise _NoLogprobs, retried the same way; once the retries are spent, that last result is returned
         (the caller records it). `refusable`: the request asks for logprobs, and the model's refusal of them
@@ -243,7 +262,7 @@ class OpenAIModel(ModelAPI):
                           retry_on=lambda exc: isinstance(exc, _NoLogprobs) or is_transient(exc),
                           sleep=lambda s: stop.wait(s),  # wakes at once when the run is being stopped
                           before_sleep=before_sleep)
-        failure: Optional[str] = None
+        failure: str | None = None
         refused = ""
         try:
             return policy(attempt)
@@ -286,14 +305,14 @@ class OpenAIModel(ModelAPI):
         }.get(status or 0, "the request failed")
         return f"{where}: {hint}. {_describe(exc)} (while {what})"
 
-    def _chat(self, stop: threading.Event, what: str, check: Optional[Callable] = None, refusable: bool = False,
+    def _chat(self, stop: threading.Event, what: str, check: Callable | None = None, refusable: bool = False,
               **kwargs):
         return self._with_retry(
             lambda: self._client.chat.completions.create(model=self.api_model, **kwargs), stop, what, check,
             refusable=refusable)
 
     # ------------------------------------------------------------------------------- fan-out
-    def _fan_out(self, requests: Sequence[R], work: Callable[[R, threading.Event], T]) -> Iterator[Tuple[R, T]]:
+    def _fan_out(self, requests: Sequence[R], work: Callable[[R, threading.Event], T]) -> Iterator[tuple[R, T]]:
         """work(request) for every request, `max_concurrency` in flight; yields as each completes."""
         requests = unique(requests)
         if not requests:
@@ -311,13 +330,13 @@ class OpenAIModel(ModelAPI):
 
         pool = ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(requests)),
                                   thread_name_prefix=f"openai-{self.name}")
-        futures: Dict[Future, R] = {pool.submit(guarded, req): req for req in requests}
+        futures: dict[Future, R] = {pool.submit(guarded, req): req for req in requests}
         pending = set(futures)
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                error: Optional[BaseException] = None
-                finished: List[Tuple[R, T]] = []
+                error: BaseException | None = None
+                finished: list[tuple[R, T]] = []
                 for fut in done:
                     exc = fut.exception()
                     if exc is None:
@@ -342,7 +361,7 @@ class OpenAIModel(ModelAPI):
 
     # ------------------------------------------------------------------------------ generation
     def generate(self, requests: Sequence[GenerateRequest], *, direct: bool = False
-                 ) -> Iterator[Tuple[GenerateRequest, Generation]]:
+                 ) -> Iterator[tuple[GenerateRequest, Generation]]:
         for req in requests:
             if not req.messages:
                 raise ConfigError(
@@ -362,7 +381,7 @@ class OpenAIModel(ModelAPI):
 
     # --------------------------------------------------------------------------------- judging
     def answer_distributions(self, requests: Sequence[AnswerRequest], *, direct: bool = False
-                             ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+                             ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         if _cfg_value(self.cfg, "batch", False) and not direct:  # the Batch API; failed lines come back direct
             from .openai_batch import run_batch
             yield from run_batch(self, requests, "answer_distribution")
@@ -370,7 +389,7 @@ class OpenAIModel(ModelAPI):
         # A response still without logprobs waits for the rest of the batch (it may have come before the server
         # had shown any): if the server returns logprobs, the request is asked again, with retries; if it never
         # does, it does not give them, and the response is recorded as it is.
-        without: Dict[AnswerRequest, Tuple[int, int]] = {}  # request -> its usage
+        without: dict[AnswerRequest, tuple[int, int]] = {}  # request -> its usage
         for req, result in self._judge_first_alone(requests):
             if isinstance(result, AnswerDistribution):
                 yield req, result
@@ -392,7 +411,7 @@ class OpenAIModel(ModelAPI):
         if self._logprobs_seen and _first_token_top_logprobs(resp) is None:
             raise _NoLogprobs(resp)
 
-    def _judge_first_alone(self, requests: Sequence[AnswerRequest]) -> Iterator[Tuple[AnswerRequest, object]]:
+    def _judge_first_alone(self, requests: Sequence[AnswerRequest]) -> Iterator[tuple[AnswerRequest, object]]:
         """_judge_one over the requests. Until the server has returned logprobs, the first request goes alone,
         so a model that refuses them is sent one logprob request, not one per request in flight."""
         requests = unique(requests)
@@ -464,7 +483,7 @@ class OpenAIModel(ModelAPI):
                  completion_tokens: int) -> AnswerDistribution:
         """No logprobs: estimate each answer's probability from k samples at temperature 1."""
         k = req.decoding.sample_fallback_k
-        texts: List[str] = []
+        texts: list[str] = []
         base = dict(messages=_messages(req), temperature=1.0, max_tokens=1)
         if self._n_supported is not False:
             resp = self._chat(stop, "sampling", n=k, **base)
@@ -486,7 +505,7 @@ class OpenAIModel(ModelAPI):
 
     # ------------------------------------------------------------------------ scoring given text (familiarity)
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
-                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+                          ) -> Iterator[tuple[SequenceRequest, SequenceLogprobs]]:
         """Each continuation's log-likelihood after its prompt, from the completions endpoint's echoed prompt
         logprobs. A response whose tokens cannot be matched to the continuation gives no result (logged; the
         item's familiarity is then missing), never a wrong one."""
@@ -502,7 +521,7 @@ class OpenAIModel(ModelAPI):
             template = self._compiled_template = compile_chat_template(_chat_template_text(self.cfg), self.name)
         return render_chat(template, [{"role": m.role, "content": m.content} for m in messages], self.name)
 
-    def _score_one(self, req: SequenceRequest, stop: threading.Event) -> Optional[SequenceLogprobs]:
+    def _score_one(self, req: SequenceRequest, stop: threading.Event) -> SequenceLogprobs | None:
         prompt = self._render(req.messages) if req.messages else (req.prompt or "")
         text = prompt + req.continuation
         resp = self._with_retry(
@@ -519,7 +538,7 @@ class OpenAIModel(ModelAPI):
 
 
 # -------------------------------------------------------------------------------------- helpers
-def _probe_echo(cfg) -> Tuple[bool, str]:
+def _probe_echo(cfg) -> tuple[bool, str]:
     """echo_logprobs=auto: whether the server returns prompt logprobs, from one small completions request with
     echo=True (a definite answer is remembered per server and model for the process; a transient failure is
     not, and says so)."""

@@ -47,9 +47,10 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any
 
 from filelock import FileLock
 
@@ -57,8 +58,14 @@ from ...errors import ConfigError, ModelUnavailableError
 from ...records.atomic import atomic_write_json
 from ..base import AnswerDistribution, AnswerRequest, GenerateRequest, unique
 from ..cached import CALL_STORE
-from .openai_wire import (_cfg_value, _first_token_top_logprobs, _messages, _usage,
-                          distribution_from_top_logprobs, generation_from)
+from .openai_wire import (
+    _cfg_value,
+    _first_token_top_logprobs,
+    _messages,
+    _usage,
+    distribution_from_top_logprobs,
+    generation_from,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,16 +114,16 @@ def batch_digest(ident: str, kind: str, custom_ids: Sequence[str]) -> str:
 
 
 # -------------------------------------------------------------------------------- request bodies
-def generate_body(model, req: GenerateRequest) -> Dict[str, Any]:
+def generate_body(model, req: GenerateRequest) -> dict[str, Any]:
     """The body OpenAIModel._generate_one sends for this request."""
-    body: Dict[str, Any] = dict(model=model.api_model, messages=_messages(req), temperature=req.decoding.temperature,
+    body: dict[str, Any] = dict(model=model.api_model, messages=_messages(req), temperature=req.decoding.temperature,
                                 max_tokens=req.max_new_tokens)
     if req.stop:
         body["stop"] = list(req.stop)[:4]  # the API takes at most 4
     return body
 
 
-def judge_body(model, req: AnswerRequest) -> Dict[str, Any]:
+def judge_body(model, req: AnswerRequest) -> dict[str, Any]:
     """The body OpenAIModel._judge_one sends for this request."""
     return dict(model=model.api_model, **model._judge_kwargs(req))
 
@@ -138,7 +145,7 @@ def parse_completion(body: Any):
 
 
 
-def distribution_from(model, req: AnswerRequest, resp) -> Optional[AnswerDistribution]:
+def distribution_from(model, req: AnswerRequest, resp) -> AnswerDistribution | None:
     """What OpenAIModel._judge_one makes of a response; None when it has no logprobs (asked again directly)."""
     top = _first_token_top_logprobs(resp)
     if top is None:
@@ -148,7 +155,7 @@ def distribution_from(model, req: AnswerRequest, resp) -> Optional[AnswerDistrib
     return distribution_from_top_logprobs(top, req.answers, prompt_tokens, completion_tokens)
 
 
-def _line_result(model, kind: str, req, line: Dict[str, Any]) -> Tuple[Optional[object], Optional[str]]:
+def _line_result(model, kind: str, req, line: dict[str, Any]) -> tuple[object | None, str | None]:
     """(result, None) for a good line, (None, reason) for a failed one."""
     error = line.get("error")
     response = line.get("response")
@@ -175,7 +182,7 @@ def _line_result(model, kind: str, req, line: Dict[str, Any]) -> Tuple[Optional[
 
 
 # ------------------------------------------------------------------------------------------ records
-def _read_state(path: Path) -> Optional[Dict[str, Any]]:
+def _read_state(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
@@ -186,12 +193,12 @@ def _read_state(path: Path) -> Optional[Dict[str, Any]]:
     return state if isinstance(state, dict) and state.get("version") == STATE_VERSION else None
 
 
-def _save_state(directory: Path, state: Dict[str, Any]) -> None:
+def _save_state(directory: Path, state: dict[str, Any]) -> None:
     state["updated_at"] = time.time()
     atomic_write_json(directory / f"{state['digest']}.json", state)
 
 
-def recorded_batches(directory: Path) -> List[Dict[str, Any]]:
+def recorded_batches(directory: Path) -> list[dict[str, Any]]:
     """Every readable batch record in a state directory, oldest first."""
     if not directory.is_dir():
         return []
@@ -219,12 +226,12 @@ class _Runner:
         return self.model._with_retry(fn, self.stop, what)
 
     # ------------------------------------------------------------------ submit
-    def plan(self, requests: List) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    def plan(self, requests: list) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """(record, {custom_id: request}) of every batch that serves these requests: recorded ones first,
         then new ones for the rest (created here)."""
         by_id = {req.cache_key(): req for req in requests}
         remaining = set(by_id)
-        work: List[Tuple[Dict[str, Any], Dict[str, Any]]] = []
+        work: list[tuple[dict[str, Any], dict[str, Any]]] = []
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -251,8 +258,8 @@ class _Runner:
                 work.append((state, {req.cache_key(): req for req, _ in chunk}))
         return work
 
-    def _chunks(self, requests: List) -> Iterator[List[Tuple[Any, str]]]:
-        chunk: List[Tuple[Any, str]] = []
+    def _chunks(self, requests: list) -> Iterator[list[tuple[Any, str]]]:
+        chunk: list[tuple[Any, str]] = []
         size = 0
         for req in requests:
             line = request_line(self.model, self.kind, req)
@@ -265,7 +272,7 @@ class _Runner:
         if chunk:
             yield chunk
 
-    def _submit(self, chunk: List[Tuple[Any, str]]) -> Dict[str, Any]:
+    def _submit(self, chunk: list[tuple[Any, str]]) -> dict[str, Any]:
         ids = [req.cache_key() for req, _ in chunk]
         digest = batch_digest(self.ident, self.kind, ids)
         state = _read_state(self.dir / f"{digest}.json")
@@ -295,7 +302,7 @@ class _Runner:
                 return batch
         return None
 
-    def _create(self, state: Dict[str, Any]) -> None:
+    def _create(self, state: dict[str, Any]) -> None:
         def create():
             if state.get("create_attempted"):
                 found = self._find(state["digest"])
@@ -314,7 +321,7 @@ class _Runner:
         _save_state(self.dir, state)
 
     # ------------------------------------------------------------------ wait and read
-    def _lines(self, file_id: Optional[str], what: str) -> List[Dict[str, Any]]:
+    def _lines(self, file_id: str | None, what: str) -> list[dict[str, Any]]:
         if not file_id:
             return []
         text = self._call(lambda: self.client.files.content(file_id).text, f"downloading a batch {what} file")
@@ -332,8 +339,8 @@ class _Runner:
                 lines.append(line)
         return lines
 
-    def harvest(self, state: Dict[str, Any], batch, mine: Dict[str, Any], failed: Dict[Any, str]
-                ) -> Iterator[Tuple[Any, object]]:
+    def harvest(self, state: dict[str, Any], batch, mine: dict[str, Any], failed: dict[Any, str]
+                ) -> Iterator[tuple[Any, object]]:
         """The results of an ended batch for the requests it serves here; the rest go into `failed`."""
         if batch.status == "failed":
             errors = getattr(getattr(batch, "errors", None), "data", None) or []
@@ -367,12 +374,12 @@ class _Runner:
                         batch.id, batch.status, ", ".join(f"{k}: {v}" for k, v in reasons.most_common()))
         _save_state(self.dir, state)
 
-    def run(self, requests: Sequence) -> Iterator[Tuple[Any, object]]:
+    def run(self, requests: Sequence) -> Iterator[tuple[Any, object]]:
         requests = unique(requests)
         if not requests:
             return
         work = self.plan(requests)
-        failed: Dict[Any, str] = {}
+        failed: dict[Any, str] = {}
         pending = {state["batch_id"]: (state, mine) for state, mine in work}
         delay = self.poll_s
         deadline = time.monotonic() + self.wait_timeout_s
@@ -407,12 +414,12 @@ class _Runner:
             _save_state(self.dir, state)
 
 
-def run_batch(model, requests: Sequence, kind: str) -> Iterator[Tuple[Any, object]]:
+def run_batch(model, requests: Sequence, kind: str) -> Iterator[tuple[Any, object]]:
     """Serve the requests through the Batch API (see the module's docstring); yields (request, result)."""
     return _Runner(model, kind).run(requests)
 
 
-def batch_status(directory: Path) -> List[Dict[str, Any]]:
+def batch_status(directory: Path) -> list[dict[str, Any]]:
     """The batch records of a state directory without their id lists (for a look at what is in flight)."""
     return [{k: v for k, v in s.items() if k != "custom_ids"} | {"n_requests": len(s.get("custom_ids") or [])}
             for s in recorded_batches(Path(directory))]

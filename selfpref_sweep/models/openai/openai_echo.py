@@ -6,7 +6,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 from ...errors import ConfigError
 from ..base import SequenceLogprobs
@@ -62,7 +61,7 @@ def compile_chat_template(text: str, name: str = "?"):
         raise ConfigError(f"Model {name!r}: chat_template is not a valid Jinja template: {exc}") from None
 
 
-def render_chat(template, messages: List[dict], name: str = "?") -> str:
+def render_chat(template, messages: list[dict], name: str = "?") -> str:
     """The messages rendered with the assistant's turn opened. bos_token is empty: a server adds BOS itself
     where its tokenizer does (llama.cpp's, vLLM's)."""
     import jinja2
@@ -77,7 +76,7 @@ def render_chat(template, messages: List[dict], name: str = "?") -> str:
         raise ConfigError(f"Model {name!r}: chat_template failed to render: {exc}") from None
 
 
-def echoed_continuation(resp, text: str, continuation: str) -> Tuple[Optional[SequenceLogprobs], str]:
+def echoed_continuation(resp, text: str, continuation: str) -> tuple[SequenceLogprobs | None, str]:
     """The continuation's summed token logprobs from a completions response with echo=True and logprobs: the
     echoed tokens after the prompt, matched from the end of the text (after the generated tokens). Offsets
     are not used: llama-cpp-python's text_offset leaves out special tokens. A token that straddles the
@@ -105,7 +104,7 @@ def echoed_continuation(resp, text: str, continuation: str) -> Tuple[Optional[Se
             break
     else:
         return None, "the echoed tokens do not spell the continuation before the generated text"
-    picked: List[int] = []
+    picked: list[int] = []
     need = len(continuation)
     i = end
     while need > 0 and i > 0:

@@ -4,7 +4,6 @@ openai_batch.py): fields of a model config, each with its default and its allowe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from ...schema_fields import COUNT, NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, Range, Switch, ranged
 
@@ -18,8 +17,8 @@ EchoLogprobsMode = Switch
 
 @dataclass
 class OpenAISettings:
-    model: Optional[str] = None  # the API's model name, e.g. gpt-4-turbo
-    base_url: Optional[str] = None  # None: api.openai.com; else any OpenAI-compatible server
+    model: str | None = None  # the API's model name, e.g. gpt-4-turbo
+    base_url: str | None = None  # None: api.openai.com; else any OpenAI-compatible server
     api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
     max_concurrency: int = ranged(8, COUNT)  # requests in flight per model
     top_logprobs: int = ranged(20, Range(low=0, high=MAX_TOP_LOGPROBS, integer=True))  # the API's largest
@@ -38,7 +37,7 @@ class OpenAISettings:
     # API backends, familiarity of a chat model: the served model's Jinja chat template (its text, or a path to a
     # file holding it), rendered here to turn chat messages into the completions endpoint's prompt. null: chat
     # models are not scored (the completions endpoint takes a raw prompt only).
-    chat_template: Optional[str] = None
+    chat_template: str | None = None
     # OpenAI Batch API (backend openai; models/openai/openai_batch.py): a cell's uncached calls go as batches (JSONL
     # upload, one batch per at most batch_max_requests lines, 24 h window) at batch_price_factor of the price.
     # Each batch id is recorded in batch_dir (null: beside the call store, <store>.batches/), so a re-run
@@ -51,9 +50,9 @@ class OpenAISettings:
     batch_max_requests: int = ranged(50000, Range(low=1, high=50000, integer=True))  # OpenAI's limit per batch
     # the Batch API's price relative to direct calls (OpenAI: half)
     batch_price_factor: float = ranged(0.5, NON_NEGATIVE)
-    batch_dir: Optional[str] = None
+    batch_dir: str | None = None
     # USD per million tokens, for the cost estimate
-    price_per_mtok_prompt: Optional[float] = ranged(None, NON_NEGATIVE)
-    price_per_mtok_completion: Optional[float] = ranged(None, NON_NEGATIVE)
+    price_per_mtok_prompt: float | None = ranged(None, NON_NEGATIVE)
+    price_per_mtok_completion: float | None = ranged(None, NON_NEGATIVE)
     # OpenAI fine-tuning, per trained token (x epochs)
-    price_per_mtok_training: Optional[float] = ranged(None, NON_NEGATIVE)
+    price_per_mtok_training: float | None = ranged(None, NON_NEGATIVE)

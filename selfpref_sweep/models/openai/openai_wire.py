@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
 from ...errors import ConfigError
-from ..base import AnswerDistribution, Generation, GenerateRequest, spells_answer
+from ..base import AnswerDistribution, GenerateRequest, Generation, spells_answer
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +38,18 @@ def _cfg_value(cfg, key: str, default=None):
     return default if value is None else value
 
 
-def _messages(req) -> List[dict]:
+def _messages(req) -> list[dict]:
     return [{"role": m.role, "content": m.content} for m in req.messages]
 
 
-def _usage(resp) -> Tuple[int, int]:
+def _usage(resp) -> tuple[int, int]:
     usage = getattr(resp, "usage", None)
     if usage is None:
         return 0, 0
     return int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0)
 
 
-def _first_token_top_logprobs(resp) -> Optional[List[Tuple[str, float]]]:
+def _first_token_top_logprobs(resp) -> list[tuple[str, float]] | None:
     """(token, logprob) of the first generated token's top list; None when the response has none."""
     if not resp.choices:
         return None
@@ -64,7 +64,7 @@ def _first_token_top_logprobs(resp) -> Optional[List[Tuple[str, float]]]:
     return top or None
 
 
-def distribution_from_top_logprobs(top: Sequence[Tuple[str, float]], answers: Sequence[str],
+def distribution_from_top_logprobs(top: Sequence[tuple[str, float]], answers: Sequence[str],
                                    prompt_tokens: int = 0, completion_tokens: int = 0) -> AnswerDistribution:
     """Sum exp(logprob) over every listed spelling of each answer. An answer with no listed spelling gets the
     smallest listed probability, an upper bound on each of its spellings, and is named in `bounded`: 0 would

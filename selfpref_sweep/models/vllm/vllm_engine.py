@@ -25,17 +25,33 @@ import logging
 import math
 import os
 import time
+from collections.abc import Iterator, Sequence
 from functools import cached_property
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ...errors import ModelUnavailableError
-from ..base import (AnswerDistribution, AnswerRequest, Generation, GenerateRequest, ModelAPI, ModelIdentity,
-                   SequenceLogprobs, SequenceRequest, adapter_fingerprint, option)
-from ..local.answer_tokens import (FULL_METHOD, SPLIT_METHOD, answer_token_ids, split_tokens, stop_token_ids,
-                                   tokenizer_whitespace_ids)
-from . import vllm_sizing as sizing
+from ..base import (
+    AnswerDistribution,
+    AnswerRequest,
+    GenerateRequest,
+    Generation,
+    ModelAPI,
+    ModelIdentity,
+    SequenceLogprobs,
+    SequenceRequest,
+    adapter_fingerprint,
+    option,
+)
+from ..local.answer_tokens import (
+    FULL_METHOD,
+    SPLIT_METHOD,
+    answer_token_ids,
+    split_tokens,
+    stop_token_ids,
+    tokenizer_whitespace_ids,
+)
 from ..local.precision import resolve_dtype
 from ..local.weights import local_hf_dir, weights_fingerprint
+from . import vllm_sizing as sizing
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +74,7 @@ class VLLMModel(ModelAPI):
         from transformers import AutoConfig, AutoTokenizer
 
         self.cfg, self.show_progress = cfg, show_progress
-        self._answer_id_cache: Dict[str, List[int]] = {}
+        self._answer_id_cache: dict[str, list[int]] = {}
         self.identity = self.identity_for(cfg)
         self.reproducible = reproducible(cfg)
         if option(cfg, "weights"):
@@ -144,7 +160,7 @@ class VLLMModel(ModelAPI):
         return False  # runs on this machine
 
     @classmethod
-    def preflight_problems(cls, cfg, model_cache: str) -> List[Tuple[str, str]]:
+    def preflight_problems(cls, cfg, model_cache: str) -> list[tuple[str, str]]:
         from importlib.util import find_spec
 
         from ..local.weights import weights_problem
@@ -158,7 +174,7 @@ class VLLMModel(ModelAPI):
         return problems
 
     # ----------------------------------------------------------------------------------------- prompts
-    def _prompt_ids(self, messages, prompt: Optional[str]) -> List[int]:
+    def _prompt_ids(self, messages, prompt: str | None) -> list[int]:
         if messages:  # a chat template holds any BOS itself
             text = self.tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
                                                       add_generation_prompt=True, tokenize=False)
@@ -166,17 +182,17 @@ class VLLMModel(ModelAPI):
         return self.tokenizer(prompt or "", add_special_tokens=True)["input_ids"]
 
     @cached_property
-    def _decoded_vocab(self) -> List[str]:
+    def _decoded_vocab(self) -> list[str]:
         return self.tokenizer.batch_decode([[i] for i in range(len(self.tokenizer))])
 
-    def _answer_ids(self, answer: str) -> List[int]:
+    def _answer_ids(self, answer: str) -> list[int]:
         # Read once per answer: finding them scans the whole vocabulary.
         if answer not in self._answer_id_cache:
             special = set(self.tokenizer.all_special_ids)
             self._answer_id_cache[answer] = answer_token_ids(self._decoded_vocab, answer, special)
         return self._answer_id_cache[answer]
 
-    def _run(self, ids: List[List[int]], params, extra: int):
+    def _run(self, ids: list[list[int]], params, extra: int):
         """vLLM's outputs for these prompts; `extra`: the tokens each sequence grows beyond its prompt."""
         from vllm.inputs import TokensPrompt
 
@@ -184,7 +200,7 @@ class VLLMModel(ModelAPI):
         return llm.generate([TokensPrompt(prompt_token_ids=p) for p in ids], params, use_tqdm=False,
                             lora_request=self.lora)
 
-    def _slices(self, requests: Sequence, ids: List[List[int]]):
+    def _slices(self, requests: Sequence, ids: list[list[int]]):
         """The requests sorted by their tokens (neighbours share prefixes), in slices of SLICE."""
         order = sorted(range(len(requests)), key=lambda i: ids[i])
         for k in range(0, len(order), SLICE):
@@ -192,7 +208,7 @@ class VLLMModel(ModelAPI):
 
     # ------------------------------------------------------------------------------------------ judging
     @cached_property
-    def _short_whitespace_ids(self) -> List[int]:
+    def _short_whitespace_ids(self) -> list[int]:
         """The whitespace-only tokens read beside the answers for split answers (" 1" as "▁" then "1", as
         Llama-2 writes it): the shortest ones, as many as vLLM's limit leaves room for. The local backend reads
         them all; a long run of whitespace carrying SPLIT_MIN_MASS at an answer position is not seen here."""
@@ -200,7 +216,7 @@ class VLLMModel(ModelAPI):
         return sorted(ids, key=lambda i: (len(self._decoded_vocab[i]), i))
 
     def answer_distributions(self, requests: Sequence[AnswerRequest]
-                             ) -> Iterator[Tuple[AnswerRequest, AnswerDistribution]]:
+                             ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         """Each answer's probability at the answer position (every spelling), plus, where whitespace-only tokens
         carry at least SPLIT_MIN_MASS there, P(w) * P(answer | w) at a second position, as the local backend."""
         ids = [self._prompt_ids(r.messages, None) for r in requests]
@@ -228,14 +244,14 @@ class VLLMModel(ModelAPI):
             for i, dist in zip(part, dists):
                 yield requests[i], dist
 
-    def _scoring(self, token_ids: List[int]):
+    def _scoring(self, token_ids: list[int]):
         return self._vllm.SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=token_ids)
 
     @staticmethod
-    def _probs_of(position, token_ids: Sequence[int]) -> List[Tuple[int, float]]:
+    def _probs_of(position, token_ids: Sequence[int]) -> list[tuple[int, float]]:
         return [(t, math.exp(position[t].logprob)) for t in token_ids if t in position]
 
-    def _answer_probs(self, position, answers: Sequence[str]) -> Dict[str, float]:
+    def _answer_probs(self, position, answers: Sequence[str]) -> dict[str, float]:
         return {a: sum(p for _, p in self._probs_of(position, self._answer_ids(a))) for a in answers}
 
     def _distribution(self, req: AnswerRequest, position, n_prompt: int) -> AnswerDistribution:
@@ -246,10 +262,10 @@ class VLLMModel(ModelAPI):
 
     # --------------------------------------------------------------------------------------- generation
     @cached_property
-    def _stop_ids(self) -> List[int]:
+    def _stop_ids(self) -> list[int]:
         return stop_token_ids(self.tokenizer)
 
-    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[Tuple[GenerateRequest, Generation]]:
+    def generate(self, requests: Sequence[GenerateRequest]) -> Iterator[tuple[GenerateRequest, Generation]]:
         SamplingParams = self._vllm.SamplingParams
         ids = [self._prompt_ids(r.messages, r.prompt) for r in requests]
         for part in self._slices(requests, ids):
@@ -267,7 +283,7 @@ class VLLMModel(ModelAPI):
 
     # -------------------------------------------------------------------------------------- familiarity
     def sequence_logprobs(self, requests: Sequence[SequenceRequest]
-                          ) -> Iterator[Tuple[SequenceRequest, SequenceLogprobs]]:
+                          ) -> Iterator[tuple[SequenceRequest, SequenceLogprobs]]:
         SamplingParams = self._vllm.SamplingParams
         prompts = [self._prompt_ids(r.messages, r.prompt) for r in requests]
         texts = [self.tokenizer(r.continuation, add_special_tokens=False)["input_ids"] for r in requests]

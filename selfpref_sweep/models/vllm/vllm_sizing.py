@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Optional
 
 GIB = 2 ** 30
 LENGTH_STEP = 1024  # max_model_len is rounded up to whole steps
@@ -28,7 +27,7 @@ CPU_OVERHEAD_BYTES = int(1.5 * GIB)
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
-def engine_length(need: int, model_max: Optional[int], configured: Optional[int] = None) -> int:
+def engine_length(need: int, model_max: int | None, configured: int | None = None) -> int:
     """The engine's `max_model_len` for requests of at most `need` tokens (prompt plus generation):
     `configured` if set; otherwise need plus HEADROOM, at least MIN_LENGTH, rounded up to LENGTH_STEP; never
     beyond the model's own context."""
@@ -44,13 +43,13 @@ def engine_length(need: int, model_max: Optional[int], configured: Optional[int]
     return length
 
 
-def model_context(config: dict) -> Optional[int]:
+def model_context(config: dict) -> int | None:
     """The model's own context from its Hugging Face config (max_position_embeddings), or None where unknown."""
     value = config.get("text_config", config).get("max_position_embeddings")
     return int(value) if value else None
 
 
-def kv_bytes_per_token(config: dict, dtype: str) -> Optional[int]:
+def kv_bytes_per_token(config: dict, dtype: str) -> int | None:
     """Keys and values of one token across every layer, from the model's Hugging Face config; None where the
     config does not say."""
     config = config.get("text_config", config)
@@ -63,7 +62,7 @@ def kv_bytes_per_token(config: dict, dtype: str) -> Optional[int]:
     return layers * 2 * kv_heads * head_dim * _BYTES.get(dtype, 4)
 
 
-def cpu_kv_bytes(per_token: Optional[int], length: int) -> int:
+def cpu_kv_bytes(per_token: int | None, length: int) -> int:
     """The CPU KV cache: CPU_KV_SEQUENCES sequences of `length` tokens (1 GiB where the shape is unknown)."""
     if not per_token:
         return GIB
@@ -89,7 +88,7 @@ def available_bytes() -> int:
     return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
 
 
-def cpu_shortfall(weights: int, kv: int, available: int) -> Optional[str]:
+def cpu_shortfall(weights: int, kv: int, available: int) -> str | None:
     """Why a CPU engine of this size cannot start here, naming the settings that shrink it; None when it fits."""
     need = weights + kv + CPU_OVERHEAD_BYTES
     if need <= available:
