@@ -65,7 +65,7 @@ def plan(prompts, starts_of, forward_tokens: int, width=lambda n: n):
     pieces, tails, real = {}, [], 0
     for p in prompts:
         starts = starts_of(p)
-        for s, e in zip(starts, starts[1:]):
+        for s, e in zip(starts, starts[1:], strict=False):
             pieces[tuple(p[:e])] = (s, e - s)
         tails.append((starts[-1], width(len(p) - starts[-1])))
         real += len(p) - starts[-1]
@@ -87,7 +87,7 @@ def forward_costs(model):
 
     ids = torch.randint(0, 30000, (664,), generator=torch.Generator().manual_seed(0)).tolist()
     base = model._run_rows([ids[:600]], None)
-    small, big = ((min(_time(lambda: model._forward_rows([ids[600:600 + n]] * rows, _clone_cache(base, batch=rows)))
+    small, big = ((min(_time(lambda n=n, rows=rows: model._forward_rows([ids[600:600 + n]] * rows, _clone_cache(base, batch=rows)))
                        for _ in range(3)), rows * n) for rows, n in ((1, 8), (8, 64)))
     per_token = (big[0] - small[0]) / (big[1] - small[1])
     return small[0] - per_token * small[1], per_token

@@ -115,7 +115,7 @@ def trie_tokens(prompts: list[list[int]]) -> int:
     ordered = sorted(prompts)
     total, previous = 0, []
     for p in ordered:
-        shared = next((i for i, (a, b) in enumerate(zip(p, previous)) if a != b), min(len(p), len(previous)))
+        shared = next((i for i, (a, b) in enumerate(zip(p, previous, strict=False)) if a != b), min(len(p), len(previous)))
         total += len(p) - shared
         previous = p
     return total

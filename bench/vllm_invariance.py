@@ -100,9 +100,9 @@ def main() -> None:
         model = VLLMModel(cfg.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
         judge, texts, summaries = requests(cfg, model.identity, args.articles)
         kinds = {
-            "judge": (judge, lambda rs: {r.cache_key(): d.probs for r, d in model.answer_distributions(rs)}),
-            "familiarity": (texts, lambda rs: {r.cache_key(): s.total for r, s in model.sequence_logprobs(rs)}),
-            "summaries (text)": (summaries, lambda rs: {r.cache_key(): g.text for r, g in model.generate(rs)}),
+            "judge": (judge, lambda rs, model=model: {r.cache_key(): d.probs for r, d in model.answer_distributions(rs)}),
+            "familiarity": (texts, lambda rs, model=model: {r.cache_key(): s.total for r, s in model.sequence_logprobs(rs)}),
+            "summaries (text)": (summaries, lambda rs, model=model: {r.cache_key(): g.text for r, g in model.generate(rs)}),
         }
         mode = "reproducible" if reproducible else "fast (vllm_reproducible=false)"
         for kind, (items, run) in kinds.items():

@@ -37,9 +37,7 @@ class Range:
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            return False
-        return True
+        return not (self.high is not None and (value >= self.high if self.high_open else value > self.high))
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"

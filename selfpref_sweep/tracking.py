@@ -41,7 +41,7 @@ def is_secret_key(key: Any) -> bool:
     words = _words(str(key))
     if not words or words[-1] in _REFERENCE_WORDS:
         return False
-    pairs = {f"{a}_{b}" for a, b in zip(words, words[1:])}
+    pairs = {f"{a}_{b}" for a, b in zip(words, words[1:], strict=False)}
     return bool(_SECRET_WORDS.intersection(words) or {"api_key", "private_key", "access_key"} & pairs)
 
 

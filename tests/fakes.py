@@ -57,7 +57,7 @@ class FakeModel(ModelAPI):
                 digest = hashlib.sha256(prompt.encode()).digest()
                 weights = [0.2 + digest[k] / 255 for k in range(len(req.answers))]
                 mass = 0.1 if "LOW-ANSWER-MASS" in prompt else 0.95
-                probs = {a: mass * w / sum(weights) for a, w in zip(req.answers, weights)}
+                probs = {a: mass * w / sum(weights) for a, w in zip(req.answers, weights, strict=True)}
             yield req, AnswerDistribution(probs=probs, method="full_distribution",
                                           prompt_tokens=len(prompt.split()))
 

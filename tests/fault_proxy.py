@@ -24,6 +24,7 @@ the Authorization headers it saw are kept so a test can check the key really was
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import random
@@ -168,19 +169,15 @@ class FaultProxy:
                     self._error(int(fault), "The server had an error (injected)", "server_error")
                 elif fault == "drop":
                     self.close_connection = True
-                    try:
+                    with contextlib.suppress(OSError):
                         self.connection.shutdown(2)
-                    except OSError:
-                        pass
                 elif fault in _CLIENT_ERRORS:
                     self._error(int(fault), *_CLIENT_ERRORS[fault])
                 elif fault == "timeout":
                     time.sleep(proxy.delay_s)  # the client gives up first
                     self.close_connection = True
-                    try:
+                    with contextlib.suppress(OSError):
                         self.connection.shutdown(2)
-                    except OSError:
-                        pass
                 else:
                     status, data = self._forward("POST", body)
                     if fault == "strip_logprobs" and status == 200:

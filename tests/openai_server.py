@@ -18,6 +18,7 @@ Command line (what CI runs; needs `pip install 'llama-cpp-python[server]==0.3.36
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -151,9 +152,8 @@ class LlamaServer:
             cmd += ["--api_key", api_key]
         cmd += extra_args or []
         log_path = Path(tempfile.mkstemp(prefix="llama_server_", suffix=".log")[1])
-        log_file = open(log_path, "wb")
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
-        log_file.close()
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
         server = cls(proc, port, log_path, api_key)
         try:
             server._wait_ready(startup_timeout_s)
@@ -193,10 +193,8 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        try:
+        with contextlib.suppress(OSError):
             self.log_path.unlink()
-        except OSError:
-            pass
 
     def __enter__(self) -> LlamaServer:
         return self

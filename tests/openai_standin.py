@@ -21,6 +21,7 @@ Command line (for trying the tool's handling by hand):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -145,10 +146,8 @@ def main() -> None:
     api = StandIn(refuse_logprobs=args.refuse_logprobs, completions=args.completions, port=args.port)
     with api:
         print(f"serving {MODEL} at {api.base_url}; Ctrl-C stops it", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             api.thread.join()
-        except KeyboardInterrupt:
-            pass
 
 
 if __name__ == "__main__":

@@ -77,10 +77,7 @@ def write_cell(
         (cell_dir / "cell.error.txt").write_text(error)
     if status is None:
         return cell_dir
-    if finetune_task == "none":
-        transfer = "none"
-    else:
-        transfer = "in_domain" if finetune_dataset == dataset else "cross_dataset"
+    transfer = "none" if finetune_task == "none" else "in_domain" if finetune_dataset == dataset else "cross_dataset"
     if items is None:  # five articles scattered around the cell means (same means)
         jitter_r, jitter_p = (-0.04, -0.02, 0.0, 0.02, 0.04), (0.02, -0.04, 0.04, 0.0, -0.02)
         items = [(f"a{i}", None if rec is None else rec + jitter_r[i], None if pref is None else pref + jitter_p[i])

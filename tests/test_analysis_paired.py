@@ -87,7 +87,7 @@ def test_finetunes_differing_only_in_hyperparameters_are_separate_variants(tmp_p
     write_cell(sweep, 3, finetune_task="length", finetune_dataset="paper_xsum", finetune_n_articles=10)
     write_cell(sweep, 4, **ft)  # an older record without a fine-tune block: read as it is
     data = load_sweeps([sweep])
-    names = dict(zip(data.cells["cell_id"].str.rsplit("/", n=1).str[-1], data.cells["evaluator_variant"]))
+    names = dict(zip(data.cells["cell_id"].str.rsplit("/", n=1).str[-1], data.cells["evaluator_variant"], strict=True))
     assert names["0"] == names["1"] == "qwen05 [ft recognition on paper_xsum, n=10] [lr=0.0001]"
     assert names["2"] == "qwen05 [ft recognition on paper_xsum, n=10] [lr=0.001]"
     assert names["3"] == "qwen05 [ft length on paper_xsum, n=10]"  # nothing to tell apart: unchanged

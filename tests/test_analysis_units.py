@@ -52,7 +52,7 @@ def known_line_sweep(root: Path) -> Path:
     left out of both means."""
     sweep = root / "known"
     job = 0
-    for k, (x, e) in enumerate(zip(UNIT_X, UNIT_E)):
+    for k, (x, e) in enumerate(zip(UNIT_X, UNIT_E, strict=True)):
         y = 0.2 + 0.5 * x + e
         for source, shift, spreads in (("a", 0.01, (-0.03, 0.03, -0.01, 0.01)), ("b", -0.01, (-0.02, 0.02))):
             items = [(f"art{i}", x + shift + d, y + shift + d) for i, d in enumerate(spreads)]

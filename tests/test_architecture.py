@@ -185,9 +185,9 @@ def backend_name_comparisons(source: str) -> list:
             operands = [node.left, *node.comparators]
             if any(_mentions_backend(o) for o in operands) and any(_names_a_string(o) for o in operands):
                 found.append((node.lineno, ast.unparse(node)))
-        elif isinstance(node, ast.Match) and _mentions_backend(node.subject):
-            if any(isinstance(c.pattern, ast.MatchValue) and _names_a_string(c.pattern.value) for c in node.cases):
-                found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
+        elif (isinstance(node, ast.Match) and _mentions_backend(node.subject)
+              and any(isinstance(c.pattern, ast.MatchValue) and _names_a_string(c.pattern.value) for c in node.cases)):
+            found.append((node.lineno, f"match {ast.unparse(node.subject)}"))
     return found
 
 
@@ -354,7 +354,7 @@ def _constants(path: Path):
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
-                    pairs += zip(target.elts, node.value.elts)
+                    pairs += zip(target.elts, node.value.elts, strict=False)
                 else:
                     pairs.append((target, node.value))
         elif isinstance(node, ast.AnnAssign) and node.value is not None:

@@ -216,7 +216,7 @@ def test_fixed_rows_read_the_same_numbers_as_rows_alone(compose_cfg):
 
     alone, fixed = run(0), run(3)
     assert fixed[2] == 3
-    for a, f in zip(alone[0], fixed[0]):
+    for a, f in zip(alone[0], fixed[0], strict=True):
         assert a.keys() == f.keys() and all(abs(a[k] - f[k]) < 1e-4 for k in a)
     assert fixed[1] == pytest.approx(alone[1], rel=1e-4)
 

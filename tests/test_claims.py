@@ -164,8 +164,8 @@ def test_two_nodes_sharing_a_sweep_folder_do_each_cell_once(tmp_path):
     assert single.returncode == 0, single.stderr[-2000:]
 
     reused = [out.count("this launch made no calls") for out, _ in outs]
-    computed = [out.count("model calls:") - r for (out, _), r in zip(outs, reused)]  # a reused one prints it too
-    assert sum(computed) == 2 and [c + r for c, r in zip(computed, reused)] == [2, 2]  # each cell once
+    computed = [out.count("model calls:") - r for (out, _), r in zip(outs, reused, strict=True)]  # a reused one prints it too
+    assert sum(computed) == 2 and [c + r for c, r in zip(computed, reused, strict=True)] == [2, 2]  # each cell once
     stores = [tmp_path / f"node{i}.sqlite" for i in (0, 1)]
     summaries = [json.loads((sweep / str(i) / "summary.json").read_text()) for i in (0, 1)]
     assert sum(s["model_calls"] for s in summaries) == sum(rows(db) for db in stores if db.exists())

@@ -70,9 +70,9 @@ def api_logprobs_never_come(stub, compose_cfg, tmp_path):
 
 def api_outage(stub, compose_cfg, tmp_path):
     """A server that answers 503 past the retries: a clear error naming it, nothing stored for the failures."""
-    with FaultProxy(stub.root_url, faults=("503",), fault_rate=1.0) as proxy:
-        with pytest.raises(ModelUnavailableError, match="still failing"):
-            cell(compose_cfg, api_overrides(proxy.base_url), tmp_path / "calls.sqlite", tmp_path / "cell")
+    with (FaultProxy(stub.root_url, faults=("503",), fault_rate=1.0) as proxy,
+          pytest.raises(ModelUnavailableError, match="still failing")):
+        cell(compose_cfg, api_overrides(proxy.base_url), tmp_path / "calls.sqlite", tmp_path / "cell")
     assert rows(tmp_path / "calls.sqlite") == {}
 
 

@@ -24,7 +24,7 @@ def function_lengths(root: Path = PACKAGE) -> dict[str, int]:
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
 
-        def visit(node: ast.AST, prefix: str) -> None:
+        def visit(node: ast.AST, prefix: str, rel: str = rel) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     out[f"{rel}:{prefix}{child.name}"] = child.end_lineno - child.lineno + 1

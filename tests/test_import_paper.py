@@ -228,7 +228,7 @@ def test_the_papers_numbers_from_the_real_files(tmp_path):
     own = [0.5 * (r["forward_detection_output"]["1"] / sum(r["forward_detection_output"].values())
                   + r["backward_detection_output"]["2"] / sum(r["backward_detection_output"].values())) for r in llama]
     by_source = {}
-    for r, v in zip(llama, own):
+    for r, v in zip(llama, own, strict=True):
         by_source.setdefault(r["model"], []).append(v)
     assert mine == pytest.approx(statistics.fmean(statistics.fmean(v) for v in by_source.values()), abs=1e-9)
 

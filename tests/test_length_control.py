@@ -107,7 +107,7 @@ def test_no_word_counts_no_design() -> None:
 def _with_summaries(cell_dir: Path, own_words: list[int], other_words: int = 20) -> None:
     path = cell_dir / "results.jsonl"
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    for line, n in zip(lines, own_words):
+    for line, n in zip(lines, own_words, strict=True):
         line["own_summary"], line["other_summary"] = " ".join(["w"] * n), " ".join(["x"] * other_words)
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
 

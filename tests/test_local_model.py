@@ -139,7 +139,7 @@ def test_familiarity_own_greedy_summary_is_likelier_than_the_reference(qwen):
     own = {req: gen.text for req, gen in model.generate(asks)}
     reqs = [(SequenceRequest(model.identity, own[ask], ask.messages), SequenceRequest(model.identity, a.reference,
                                                                                        ask.messages))
-            for ask, a in zip(asks, articles)]
+            for ask, a in zip(asks, articles, strict=True)]
     flat = [r for pair in reqs for r in pair]
     model.prefix_reuse, model.tokens_computed, model.tokens_requested = True, 0, 0
     reused = dict(model.sequence_logprobs(flat))

@@ -352,7 +352,7 @@ def test_stripped_logprobs_are_retried_or_recorded_or_sampled(server, key_env, b
         model = OpenAIModel(model_cfg(proxy.base_url + "/v1", max_concurrency=2, sample_fallback_k=4),
                             model_cache="")
         reqs = judge_requests(model.identity, sample_fallback_k=4)[:1]  # the fallback is a decoding setting
-        for req, d in model.answer_distributions(reqs):
+        for _req, d in model.answer_distributions(reqs):
             assert d.method == "sampled"
             assert all(p * 4 == int(p * 4) for p in d.probs.values()) and d.mass <= 1
             assert d.missing_reason in (None, "answers_not_in_samples")
@@ -465,7 +465,7 @@ def cell_items(run_dir):
 
 def assert_same_items(items, reference, tol=2e-3):
     assert [it["article_id"] for it in items] == [it["article_id"] for it in reference]
-    for it, ref in zip(items, reference):
+    for it, ref in zip(items, reference, strict=True):
         assert (it["own_summary"], it["other_summary"]) == (ref["own_summary"], ref["other_summary"])
         for q in ("recognition", "preference"):
             assert it[q]["exclusion_reason"] == ref[q]["exclusion_reason"]

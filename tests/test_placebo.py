@@ -92,7 +92,7 @@ def _stage():
 def test_requests_put_the_own_summary_in_the_own_slot_in_both_orders():
     stage = _stage()
     assert stage.enabled and [it.article_id for it in stage.answer_items] == ["a0", "a1", "a2"]
-    for item, pair in zip(stage.answer_items, PAIRS):
+    for item, pair in zip(stage.answer_items, PAIRS, strict=True):
         reqs = item.by_question["length"]
         forward, backward = (r.messages[1].content for r in (reqs[FORWARD], reqs[BACKWARD]))
         assert f"Summary1:\n{pair.own}\n\nSummary2:\n{pair.other}\n" in forward
@@ -307,7 +307,7 @@ def test_individual_cells_ask_it_one_summary_at_a_time_against_the_median_length
     stage = placebo_stage(_Judge(), JudgeConfig(placebo="on"), FAKE_JUDGE, PROMPTS, PAIRS, "individual")
     assert stage.state.asked.value == "individual"
     assert stage.state.words == median_words([t for p in PAIRS for t in (p.own, p.other)]) == 2
-    for item, pair in zip(stage.answer_items, PAIRS):
+    for item, pair in zip(stage.answer_items, PAIRS, strict=True):
         reqs = item.by_question["length"]
         assert set(reqs) == {OWN, OTHER}
         assert f"Summary:\n{pair.own}\n" in reqs[OWN].messages[1].content
@@ -316,7 +316,7 @@ def test_individual_cells_ask_it_one_summary_at_a_time_against_the_median_length
         assert reqs[OWN].answers == ("Yes", "No")
     # a judge that reads the question: P(Yes) rises with the summary's length
     dists = {r: AnswerDistribution({"Yes": p, "No": 1 - p}, "full_distribution")
-             for item, pair in zip(stage.answer_items, PAIRS)
+             for item, pair in zip(stage.answer_items, PAIRS, strict=True)
              for slot, r in item.by_question["length"].items()
              for p in [min(0.95, 0.2 * len((pair.own if slot == OWN else pair.other).split()))]}
     records = score_placebo(stage, dists, min_mass=0.5)

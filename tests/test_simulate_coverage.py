@@ -74,7 +74,7 @@ def test_the_in_memory_frame_is_what_the_loader_reads(tmp_path: Path) -> None:
         assert num and np.allclose(a[num].to_numpy(float), b[num].to_numpy(float), equal_nan=True)
     for x, y in ((mem.unit_fits, disk.unit_fits), (mem.robustness_fits, disk.robustness_fits),
                  (mem.specificity, disk.specificity), (mem.interactions, disk.interactions), (mem.trends, disk.trends)):
-        assert len(x) == len(y) and all(_same(r.to_dict(), s.to_dict()) for r, s in zip(x, y))
+        assert len(x) == len(y) and all(_same(r.to_dict(), s.to_dict()) for r, s in zip(x, y, strict=True))
     # and the rows it scores are the same
     truth = cm.coverage_truth(spec)
     fits = cov.true_fits(truth)

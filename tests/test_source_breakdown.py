@@ -38,7 +38,7 @@ def test_holm_is_applied_across_the_sources_of_each_group_and_question(tmp_path:
     frame = S.per_source_frame(data.cells, data.items)
     assert len(frame) == len(SOURCES) * 2  # one row per source and question
     assert set(frame["test_scale"]) == {"paper"}  # these fixture cells carry no log-odds: the paper score vs 0.5
-    for question, sub in frame.groupby("question"):
+    for _question, sub in frame.groupby("question"):
         assert set(sub["source"]) == set(SOURCES) and (sub["family_size"] == len(SOURCES)).all()
         expected = multipletests(sub["p"], method="holm")[1]
         assert np.allclose(sub["p_holm"], expected)

@@ -84,14 +84,14 @@ def test_on_one_common_line_the_test_holds_its_size_and_shows_equivalence() -> N
     assert equivalent >= 0.95, equivalent  # noise 0.01 against a margin of 0.05
     # "One common line" needs two equivalence tests: the shift's TOST and the slopes' (the interaction's TOST).
     inter = [fit_interaction(d) for d in data]
-    readings = [_reading(r, i) for r, i in zip(unit, inter)]
-    for t, r, i in zip(readings, unit, inter):  # one common line exactly where both equivalence tests pass
+    readings = [_reading(r, i) for r, i in zip(unit, inter, strict=True)]
+    for t, r, i in zip(readings, unit, inter, strict=True):  # one common line exactly where both equivalence tests pass
         both = (r.ci_low <= 0 <= r.ci_high and r.equivalence_p < 0.05 and i.p >= 0.05
                 and tost_p(i.estimate, i.se, i.n - 4, SLOPE_MARGIN) < 0.05)
         assert t.startswith("one common line") == both, t
     # its power here (8 points, slopes within ±0.5): about 0.6; the rest read "not shown to differ"
     assert np.mean([t.startswith("one common line") for t in readings]) >= 0.4
-    assert not any(t.startswith("one common line") and i.p < 0.05 for t, i in zip(readings, inter))
+    assert not any(t.startswith("one common line") and i.p < 0.05 for t, i in zip(readings, inter, strict=True))
     assert any(t.startswith("no common line") for t in readings)  # where the interaction rejected
     # The source level, clustered by variant (CR2, Bell–McCaffrey df): 9 clusters, 4 of them recognition.
     cells = [fit_specificity(_cells(rng), level=LEVEL_SOURCE, cluster_col="evaluator_variant") for _ in range(REPS)]

@@ -48,7 +48,7 @@ def _run(pairs, folds: int = 5, mode: Switch = Switch.on):
 
 
 def test_features_are_what_they_say():
-    f = dict(zip(FEATURES, surface_features('The cat sat. "Did it?" Yes, in 2024 (twice)!')))
+    f = dict(zip(FEATURES, surface_features('The cat sat. "Did it?" Yes, in 2024 (twice)!'), strict=True))
     assert len(FEATURES) == len(surface_features("x.")) == 20
     assert f["words"] == 9 and f["sentences"] == 3
     assert f["comma_per_char"] == pytest.approx(1 / 44) and f["double_quote_per_char"] == pytest.approx(2 / 44)

@@ -74,7 +74,7 @@ def _train(path, *, init_seed=0, kill_at=None, identity=None):
 
 
 def _same_weights(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
 def test_uninterrupted_training_writes_no_checkpoint_without_a_path():

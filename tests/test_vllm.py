@@ -9,6 +9,7 @@ as a subprocess; without that virtualenv they skip.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,12 +82,12 @@ def vllm_server():
     # without native bf16 emulates (many times slower). Eager: compiling took minutes on 2 cores.
     dtype = resolve_dtype("auto")
     model, port = qwen05_dir([f"evaluator.dtype={dtype}"]), _free_port()
-    log = open(Path(MODEL_CACHE).parent / "vllm-server-test.log", "w")
-    proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                             "--served-model-name", "qwen05", "--host", "127.0.0.1", "--port", str(port),
-                             "--dtype", dtype, "--enforce-eager", "--max-logprobs", "20", "--max-model-len", "8192",
-                             "--kv-cache-memory-bytes", str(2 ** 30)],  # not a share of the machine: docs/vllm.md
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(Path(MODEL_CACHE).parent / "vllm-server-test.log", "w") as log:  # the server holds its own descriptor
+        proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                                 "--served-model-name", "qwen05", "--host", "127.0.0.1", "--port", str(port),
+                                 "--dtype", dtype, "--enforce-eager", "--max-logprobs", "20", "--max-model-len", "8192",
+                                 "--kv-cache-memory-bytes", str(2 ** 30)],  # not a share of the machine: docs/vllm.md
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -102,7 +103,6 @@ def vllm_server():
         pytest.fail(f"vLLM's server did not answer within 600 s; see {log.name}")
     yield SimpleNamespace(url=url, model_dir=model)
     _stop(proc)
-    log.close()
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -113,10 +113,8 @@ def _stop(proc: subprocess.Popen) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:  # the whole group has exited
             return
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(60)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 @pytest.mark.real_model

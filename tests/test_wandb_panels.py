@@ -1,6 +1,7 @@
 """W&B comparison panels built offline with wandb-workspaces, the publish command, and what a cell run logs."""
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -117,5 +118,5 @@ def test_cell_run_declares_every_metric_and_logs_its_files(tmp_path):
     assert ("config", {"cell": CELLS[0]}) in tracker.run.logged
     artifact, = tracker.run.artifacts
     assert artifact.type == "cell-results" and set(artifact.manifest.entries) == {"results.jsonl", "summary.json"}
-    written = json.loads(open(artifact.manifest.entries["summary.json"].local_path).read())
+    written = json.loads(Path(artifact.manifest.entries["summary.json"].local_path).read_text())
     assert written == {**summary, "wandb_dir": tracker.run.dir}  # the summary.json the cell writes

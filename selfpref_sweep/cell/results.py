@@ -24,7 +24,7 @@ def item_records(inputs: CellInputs, verdicts: Sequence[dict[str, Verdict]], mea
     """Every selected article, judged or with the reason it could not be (never dropped), and each
     measurement's record of it (left out, or null, where the measurement has none: its `omit_missing`)."""
     spec, pairs = inputs.spec, inputs.pairs
-    judged = dict(zip((p.article_id for p in pairs.pairs), verdicts))
+    judged = dict(zip((p.article_id for p in pairs.pairs), verdicts, strict=True))
     c = spec.coordinates
     items = []
     for a in inputs.selection.all:

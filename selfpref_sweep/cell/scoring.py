@@ -56,8 +56,8 @@ def individual_reading(dist: AnswerDistribution, question: str, answers: Sequenc
     elif question == "recognition" or not all(_is_number(a) for a in answers):
         value = p[0] / mass
     else:
-        value = sum(float(a) * pa for a, pa in zip(answers, p)) / mass
-    return SummaryReading(dict(zip(answers, p)), mass, value, dist.method, dist.missing_reason,
+        value = sum(float(a) * pa for a, pa in zip(answers, p, strict=True)) / mass
+    return SummaryReading(dict(zip(answers, p, strict=True)), mass, value, dist.method, dist.missing_reason,
                           [a for a in answers if a in dist.bounded])
 
 

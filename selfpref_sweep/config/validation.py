@@ -78,7 +78,7 @@ def _check_node(node: Any, schema: type, path: str, problems: list[str]) -> None
         return
     fields = schema_fields(schema)
     where = path.rstrip(".") or "the top level"
-    for key in node.keys():
+    for key in node:
         if key not in fields:
             _, value = _value(node, str(key))
             near = difflib.get_close_matches(str(key), list(fields), n=1)
@@ -100,7 +100,7 @@ def _check_node(node: Any, schema: type, path: str, problems: list[str]) -> None
         elif typing.get_origin(tp) is dict:
             inner = _unwrap_optional(typing.get_args(tp)[1])
             if dataclasses.is_dataclass(inner) and isinstance(value, DictConfig):
-                for k in value.keys():
+                for k in value:
                     ok_k, v = _value(value, str(k))
                     if ok_k:
                         _check_node(v, inner, f"{full}.{k}.", problems)
@@ -120,7 +120,7 @@ def _check_plugin_settings(blocks: Any, path: str, problems: list[str]) -> None:
     if not isinstance(blocks, DictConfig):
         return
     names = [m.name for m in registered()]
-    for key in blocks.keys():
+    for key in blocks:
         if str(key) not in names:
             problems.append(f"{path}{key} names no registered measurement: registered are "
                             f"{', '.join(names)} (add one with an entry point of the group "

@@ -154,7 +154,7 @@ def label_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[t
     if task == "random":
         answers = L.balanced_random_labels(len(examples), seed)
         examples = [TrainingExample(e.article_id, e.other, e.own_position, e.messages, a)
-                    for e, a in zip(examples, answers)]
+                    for e, a in zip(examples, answers, strict=True)]
     return examples, ties, tie_pairs
 
 
@@ -184,7 +184,7 @@ def score_examples(task: str, question: str, prompts: Mapping, pairs: Sequence[t
             ties += len(shown)
             tie_articles += 1
             continue
-        for (source, summary), level in zip(shown, levels):
+        for (source, summary), level in zip(shown, levels, strict=True):
             examples.append(TrainingExample(aid, source, int(source == OWN_SOURCE),
                                             individual_messages(prompts, question, article, summary),
                                             answers[level]))

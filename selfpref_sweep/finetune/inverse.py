@@ -34,7 +34,7 @@ def inverse_check(spec: CellSpec, base: CachedModel, tuned: CachedModel, tuned_c
     verdicts = score_items(requests, answer_distributions(tuned, requests), SettingName.pairwise,
                            spec.judge.min_answer_mass)
     items: list[dict[str, Any]] = [{"article_id": p.article_id, "new_summary": p.own, "old_summary": p.other,
-                                    "identical": p.own == p.other, **v} for p, v in zip(pairs, verdicts)]
+                                    "identical": p.own == p.other, **v} for p, v in zip(pairs, verdicts, strict=True)]
     boot = spec.bootstrap
     out: dict[str, Any] = {"n_items": len(items), "n_identical": sum(it["identical"] for it in items),
                            "n_unusable": len(articles) - len(pairs), "items": items}

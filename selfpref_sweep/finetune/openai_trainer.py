@@ -177,9 +177,9 @@ class OpenAITrainer(Trainer):
                           "job list")
         for job in _get(page, "data", None) or []:
             meta = _get(job, "metadata") or {}
-            if _get(meta, "selfpref_spec") == digest[:64] or (file_id and _get(job, "training_file") == file_id):
-                if _get(job, "status") not in ("failed", "cancelled"):
-                    return job
+            if ((_get(meta, "selfpref_spec") == digest[:64] or (file_id and _get(job, "training_file") == file_id))
+                    and _get(job, "status") not in ("failed", "cancelled")):
+                return job
         return None
 
     def _create(self, file_id: str, digest: str) -> Any:

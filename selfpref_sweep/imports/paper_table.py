@@ -67,7 +67,7 @@ class TableBuilder:
                             _mean(authors), _reading(verdicts))
             if scored:
                 est, low, high = article_mean_ci([s for _, s in scored], [a for a, _ in scored], CONFIDENCE)
-                row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high)))
+                row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high), strict=True))
             self.rows.append(row)
             values += [s for _, s in scored]
             articles += [a for a, _ in scored]
@@ -88,7 +88,7 @@ class TableBuilder:
             weights = np.full(len(present), 1.0 / len(present))
             est, low, high, _ = cell_means_t(np.asarray(values, float), codes, np.asarray(articles, dtype=str),
                                              weights, CONFIDENCE)
-            row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high)))
+            row.update(zip(("mean", "ci_low", "ci_high"), _ci(est, low, high), strict=True))
         elif n_scored:
             row["note"] = "a source has no scored item: no pooled reading (never a mean over part of the sources)"
         self.rows.append(row)

@@ -315,7 +315,7 @@ class ModelAPI(ABC):
             return True, SCORES_GIVEN_TEXT
         return False, "its backend cannot score given text"
 
-    def close(self) -> None:  # release weights / connections
+    def close(self) -> None:  # noqa: B027 - an optional hook (release weights / connections), no-op by default
         pass
 
 

@@ -52,7 +52,7 @@ def score_order(dist: Distribution, own_position: int, answers: Sequence[str] = 
     mass = p[0] + p[1]
     p_own = p[own_position - 1] / mass if mass > 0 else None
     chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderReading(dict(zip(answers, p)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
+    return OrderReading(dict(zip(answers, p, strict=True)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
                       [a for a in answers if a in dist.bounded])
 
 

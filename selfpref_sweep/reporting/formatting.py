@@ -95,7 +95,7 @@ SCALE_NAMES = {"paper": "paper", "logodds": "log-odds"}
 
 def rows_table(frame: pd.DataFrame, cols: Sequence[str], row: Any) -> pd.DataFrame:
     """A display table with one row per row of ``frame``: ``row(series)`` gives the values of ``cols``."""
-    return pd.DataFrame([dict(zip(cols, row(r))) for _, r in frame.iterrows()], columns=list(cols))
+    return pd.DataFrame([dict(zip(cols, row(r), strict=True)) for _, r in frame.iterrows()], columns=list(cols))
 
 
 def ci_cell(d: pd.Series, col: str) -> str:

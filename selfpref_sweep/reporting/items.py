@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import pandas as pd
 
@@ -72,7 +72,7 @@ class Design:
         return not self.label_pairs or self.finetuned
 
 
-Prose = Union[str, Callable[[ResultT], str]]
+Prose = str | Callable[[ResultT], str]
 
 
 def _always(design: Design) -> bool:

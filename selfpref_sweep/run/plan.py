@@ -213,7 +213,7 @@ def summarize_plans(sweep_dir: Path) -> list[dict[str, Any]]:
         return plans
     total_cost = [p["cost_usd_est"] for p in plans]
     print(f"\n== plan for {len(plans)} cells ({sweep_dir}) ==")
-    for path, p in zip(paths, plans):
+    for path, p in zip(paths, plans, strict=True):
         print(f"  {path.parent.name.split('_', 1)[0]:>3}. {format_plan_line(p)[7:]}")
         if p.get("finetune"):
             print(f"       {format_plan(p['finetune'])}")

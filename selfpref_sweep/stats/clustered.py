@@ -167,7 +167,7 @@ def too_few_clusters(groups: Sequence, arm: Sequence[bool] | None = None, arm_na
         return ""
     on = pd.Series(list(arm), dtype=bool).to_numpy()
     counts = [int(groups[on].nunique()), int(groups[~on].nunique())]
-    short = [f"{k} {name}" for k, name in zip(counts, arm_names) if k < MIN_CLUSTERS_PER_ARM]
+    short = [f"{k} {name}" for k, name in zip(counts, arm_names, strict=True) if k < MIN_CLUSTERS_PER_ARM]
     if short:
         return (f"{TOO_FEW} ({' and '.join(short)} cluster(s); a regressor constant within clusters needs at "
                 f"least {MIN_CLUSTERS_PER_ARM} on each side)")

@@ -15,6 +15,7 @@ the same cell into another folder on this machine).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -179,10 +180,8 @@ class Claim:
         except FileNotFoundError:
             return
         if age > STALE_S:
-            try:
+            with contextlib.suppress(OSError):
                 mutex.rmdir()
-            except OSError:
-                pass
 
     # ---------------------------------------------------------------------------------------- heartbeat
     def _heartbeat(self) -> None:

@@ -42,7 +42,7 @@ class ToyMeasurement(Measurement):
 
     def score(self, judge, stage: Stage, dists: Mapping, min_mass: float) -> dict[str, Any]:
         scored = score_items(stage.answer_items, dists, SettingName.pairwise, min_mass)
-        return {item.article_id: s[QUESTION] for item, s in zip(stage.answer_items, scored)}
+        return {item.article_id: s[QUESTION] for item, s in zip(stage.answer_items, scored, strict=True)}
 
     def summarize(self, stage: Stage, inputs, n_items: int) -> dict[str, Any]:
         rows = [{"article_id": aid, QUESTION: v} for aid, v in stage.records.items()]

@@ -52,7 +52,7 @@ def arm_deltas(items: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, adapters in arms.items():
         first = adapters[0][0]
-        row: dict[str, Any] = {**dict(zip(ARM_KEYS, key)), **{c: first.get(c) for c in _CARRIED},
+        row: dict[str, Any] = {**dict(zip(ARM_KEYS, key, strict=True)), **{c: first.get(c) for c in _CARRIED},
                                "adapters": len(adapters),
                                "n_articles": max(int(r["n_articles"]) for r, _ in adapters),
                                "note": ONE_ADAPTER if len(adapters) == 1 else ""}

@@ -126,7 +126,7 @@ def _unit_row(key: tuple, all_sub: pd.DataFrame, sub: pd.DataFrame, scale: str, 
     usable = np.isfinite(scored["_d_len"].to_numpy(float))
     used = scored[usable]
     first = all_sub.iloc[0]
-    row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key)), **{k: first.get(k) for k in _CARRIED}, "scale": scale,
+    row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key, strict=True)), **{k: first.get(k) for k in _CARRIED}, "scale": scale,
                            "n_items": int(len(used)), "n_articles": int(used["article_id"].nunique()),
                            "n_left_out": int((~usable).sum())}
     cells = all_sub.drop_duplicates("cell_id")

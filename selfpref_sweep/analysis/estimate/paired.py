@@ -87,7 +87,7 @@ def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], dict[tuple[str
     values = [f"{q}_{col}" for col in SCALES.values() for q in QUESTION_PREFIXES]
     for key, sub in tuned.groupby(list(UNIT_KEYS), sort=True):
         first = sub.iloc[0]
-        row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key)), **{k: first.get(k) for k in _CARRIED}}
+        row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key, strict=True)), **{k: first.get(k) for k in _CARRIED}}
         row["base_variant"] = str(first["evaluator"])
         ref = base[(base["evaluator"] == first["evaluator"])
                    & np.logical_and.reduce([base[k] == first[k] for k in _GROUP])]
@@ -300,7 +300,7 @@ def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recogni
     out = []
     for key, members in groups.items():
         n = np.array([pd.to_numeric(r["finetune_n_articles"], errors="coerce") for r, _ in members], dtype=float)
-        members = [m for m, ok in zip(members, np.isfinite(n) & (n > 0)) if ok]
+        members = [m for m, ok in zip(members, np.isfinite(n) & (n > 0), strict=True) if ok]
         x = np.log10(n[np.isfinite(n) & (n > 0)])
         for scale in SCALES:
             for q in QUESTION_PREFIXES:
@@ -337,7 +337,7 @@ def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confide
         notes.append(f"adapters pooled per arm; training SD {fit['training_sd']:.3f} in the CI")
     else:
         notes.append(ONE_ADAPTER)
-    if len(set(zip(x, arms))) < np.unique(x).size or len(set(arms)) > np.unique(x).size:
+    if len(set(zip(x, arms, strict=True))) < np.unique(x).size or len(set(arms)) > np.unique(x).size:
         notes.append("several arms at one N (e.g. other hyperparameters), fitted together")
     base.note = "; ".join(notes)
     return base
@@ -379,7 +379,7 @@ def label_vs_reference(items: pd.DataFrame, reference: str = LABEL_REFERENCE, *,
     for key, unit in kept.groupby(list(_LABEL_UNIT), sort=True):
         ref = unit[unit["label"] == reference]
         for label, sub in unit[unit["label"] != reference].groupby("label", sort=True):
-            row = {**dict(zip(_LABEL_UNIT, key)), "label": label, "reference": reference}
+            row = {**dict(zip(_LABEL_UNIT, key, strict=True)), "label": label, "reference": reference}
             rows.append({**row, **_label_fields(sub, ref, reference, confidence)})
     out = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     for scale in SCALES:
@@ -408,7 +408,7 @@ def _label_fields(sub: pd.DataFrame, ref: pd.DataFrame, reference: str, confiden
         return out
     for scale, col in SCALES.items():
         label_v, ref_v = both[f"pref_{col}"].astype(float), both[f"pref_{col}_ref"].astype(float)
-        for side, v in zip(_LABEL_SIDES, (label_v, ref_v, label_v - ref_v)):
+        for side, v in zip(_LABEL_SIDES, (label_v, ref_v, label_v - ref_v), strict=True):
             frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"], "v": v})
             frame = frame[np.isfinite(frame["v"])]
             # A source without the scale (an older sweep's log-odds) leaves the scale out, never the mean over

@@ -86,7 +86,7 @@ def paper_trends(units: pd.DataFrame, items: pd.DataFrame,
                                             "preference": pts["pref_paper_mean"].to_numpy(float)}),
                               level=LEVEL_UNIT, group_by=GROUP_BY, group=" / ".join((*key, transfer)),
                               scale="paper")
-            row = dict(zip(("setting", "label", "evaluator"), key), transfer=transfer, n_points=len(pts),
+            row = dict(zip(("setting", "label", "evaluator"), key, strict=True), transfer=transfer, n_points=len(pts),
                        **{k: getattr(fit, k) for k in ("slope", "slope_ci_low", "slope_ci_high", "intercept", "r",
                                                         "r_ci_low", "r_ci_high")}, note=fit.note or "")
             if transfer == "all":

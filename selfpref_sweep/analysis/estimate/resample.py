@@ -369,8 +369,9 @@ def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndar
             continue
         cols = np.r_[0, 1 + np.flatnonzero(good)[ok]]  # the sample, then the draws that solved
         train = (TV.none(p, int(members.adapters.any(axis=0).sum())) if why else
-                 TV.training_variance(lambda xs, ys: coefs(xs, ys, corrected)[0], x[:, cols], y[:, cols], F, a,
-                                      est[0], beta[ok], members.columns(cols), p - (len(set(datasets)) - 1)))
+                 TV.training_variance(lambda xs, ys, corrected=corrected: coefs(xs, ys, corrected)[0], x[:, cols],
+                                      y[:, cols], F, a, est[0], beta[ok], members.columns(cols),
+                                      p - (len(set(datasets)) - 1)))
         for w in whats:
             e = float(est[0, col[w]])
             fields = {} if why else _interval(e, beta[ok, col[w]], df, train.v[col[w]], train.df[col[w]])

@@ -188,7 +188,7 @@ def paper_units(
         sub = kept_by_unit.get(key, kept.iloc[:0])
         cell_ids = sorted(all_sub["cell_id"].unique())
         first = all_sub.iloc[0]
-        row: dict[str, Any] = dict(zip(UNIT_KEYS, key))
+        row: dict[str, Any] = dict(zip(UNIT_KEYS, key, strict=True))
         row.update({k: first.get(k) for k in _VARIANT_ATTRS})
         row["sources"] = ", ".join(sorted(all_sub["source"].astype(str).unique()))
         row["n_sources"] = int(sub["source"].nunique())

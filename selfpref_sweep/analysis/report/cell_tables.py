@@ -42,7 +42,7 @@ def evaluator_source_table(cells: pd.DataFrame, prefix: str) -> pd.DataFrame:
     df = cells.copy()
     df["_entry"] = [
         est_ci(m, lo, hi, FLAT_ARTICLES)
-        for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"])
+        for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"], df[f"{prefix}_ci_high"], strict=True)
     ]
     keys = [*_ROW_KEYS, "source"]
     # A null key would vanish from a pivot; show it as "null" instead.
@@ -108,7 +108,7 @@ def finetune_table(cells: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*keys, "n cells"])
     rows = []
     for key, sub in cells.groupby(keys, dropna=False, sort=True):
-        row = dict(zip(keys, key))
+        row = dict(zip(keys, key, strict=True))
         row["finetune_dataset"] = row["finetune_dataset"] if isinstance(row["finetune_dataset"], str) else DASH
         row["finetune_n_articles"] = fmt_int(row["finetune_n_articles"])
         row.update(

@@ -240,7 +240,7 @@ def trend_table(trends: Sequence[TrendResult]) -> pd.DataFrame:
             "slope per tenfold N [95% CI]", "p", "note"]
     return pd.DataFrame([dict(zip(cols, [
         t.setting, t.label, t.dataset, t.transfer, t.evaluator, SCALE_NAMES.get(t.scale, t.scale), t.question,
-        t.arms or DASH, est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note])) for t in trends], columns=cols)
+        t.arms or DASH, est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note], strict=True)) for t in trends], columns=cols)
 
 
 def trends_frame(trends: Sequence[TrendResult]) -> pd.DataFrame:

@@ -30,7 +30,7 @@ def per_source_table(cells: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
             f"{r['evaluator_variant']} / {r['setting']} / {r['dataset']}", r["question"], r["source"],
             est_ci(r["paper_mean"], r["paper_ci_low"], r["paper_ci_high"], FLAT_ARTICLES),
             est_ci(r["logodds_mean"], r["logodds_ci_low"], r["logodds_ci_high"], FLAT_ARTICLES),
-            fmt_int(r["n_articles"]), fmt_p(r["p"]), _holm_text(r), r["family"]])))
+            fmt_int(r["n_articles"]), fmt_p(r["p"]), _holm_text(r), r["family"]], strict=True)))
     return pd.DataFrame(rows, columns=cols)
 
 

@@ -73,7 +73,7 @@ def scatter_plot(units: pd.DataFrame, fits: Sequence[FitResult], path: Path) -> 
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
-    for ax, (setting, label) in zip(axes.ravel(), facets):
+    for ax, (setting, label) in zip(axes.ravel(), facets, strict=False):
         sub = usable[(usable["setting"] == setting) & (usable["label"] == label)]
         ax.axhline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
         ax.axvline(0.5, color="0.75", lw=0.8, ls="--", zorder=0)
@@ -126,7 +126,7 @@ def heatmap_plot(cells: pd.DataFrame, prefix: str, path: Path) -> PlotFile:
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
     image = None
-    for ax, (ds, setting, label) in zip(axes.ravel(), facets):
+    for ax, (ds, setting, label) in zip(axes.ravel(), facets, strict=False):
         sub = usable[(usable["dataset"] == ds) & (usable["setting"] == setting) & (usable["label"] == label)]
         grouped = sub.groupby(["evaluator_variant", "source"])[f"{prefix}_mean"]
         matrix = grouped.mean().unstack("source")
@@ -164,7 +164,7 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
     if usable.empty:
         empty_figure(path, "No fine-tuned evaluator shares items with its base model: nothing to plot.")
         return PlotFile(title, path)
-    facets = list(dict.fromkeys(zip(usable["dataset"], usable["setting"], usable["label"])))
+    facets = list(dict.fromkeys(zip(usable["dataset"], usable["setting"], usable["label"], strict=True)))
     n_max = max(len(usable[(usable["dataset"] == d) & (usable["setting"] == s) & (usable["label"] == lab)])
                 for d, s, lab in facets)
     rows, cols = grid(len(facets), max_cols=2)
@@ -173,7 +173,7 @@ def finetune_vs_base_plot(diffs: pd.DataFrame, path: Path, scale: str = "logodds
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
     styles = {"rec": ("recognition", "tab:blue", -0.17), "pref": ("preference", "tab:orange", 0.17)}
-    for ax, (ds, setting, label) in zip(axes.ravel(), facets):
+    for ax, (ds, setting, label) in zip(axes.ravel(), facets, strict=False):
         sub = usable[(usable["dataset"] == ds) & (usable["setting"] == setting) & (usable["label"] == label)]
         y = np.arange(len(sub))[::-1]
         for q, (name, colour, shift) in styles.items():

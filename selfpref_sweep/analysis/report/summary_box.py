@@ -105,7 +105,7 @@ def _trend_readings(result: AnalysisResult) -> list[str]:
 
 
 def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
-    return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"])))
+    return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"], strict=True)))
 
 
 def _corrected_slopes(result: AnalysisResult) -> list:

@@ -126,7 +126,7 @@ def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[s
     if not rows:
         return ""
     sides = [_side(r, targets) for r in rows]
-    failed = [s for r, s in zip(rows, sides) if r["verdict"] == FAILS and s]
+    failed = [s for r, s in zip(rows, sides, strict=True) if r["verdict"] == FAILS and s]
     outside = [s for s in sides if s]
     if failed:
         side = max(set(failed), key=failed.count)

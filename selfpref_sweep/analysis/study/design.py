@@ -160,7 +160,7 @@ def variants(spec: SimulationSpec) -> list[Variant]:
                if order else [])
     biases = spec.position_biases or (spec.position_bias,) * len(order)
     out = []
-    for k, ((task, n), rec) in enumerate(zip(order, signals)):
+    for k, ((task, n), rec) in enumerate(zip(order, signals, strict=True)):
         slope = spec.effective_control_slope if task not in ("none", "recognition") else spec.slope
         arm = Variant(task, n, float(rec), float(spec.intercept + slope * rec),
                       0.0 if k < spec.failing_judges else spec.competence, float(biases[k]))

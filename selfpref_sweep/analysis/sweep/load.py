@@ -258,7 +258,7 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
         for q in QUESTIONS:
             p = QUESTION_PREFIX[q]
             score = _score(item.verdicts.get(q))
-            row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score))
+            row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score, strict=True))
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
@@ -360,7 +360,7 @@ def load_sweeps(sweep_dirs: Iterable[str | Path]) -> SweepData:
         if not d.is_dir():
             raise FileNotFoundError(f"sweep directory not found: {d}")
     out = _Collected()
-    for sweep_dir, label in zip(dirs, _sweep_labels(dirs)):
+    for sweep_dir, label in zip(dirs, _sweep_labels(dirs), strict=True):
         for cell_dir in find_cell_dirs(sweep_dir):
             out.n_cell_dirs += 1
             rel = cell_dir.relative_to(sweep_dir).as_posix()

@@ -162,7 +162,7 @@ def score_competence(control: CompetenceControl, dists: Mapping, min_mass: float
     The name of the summaries shown goes under "summaries" in a pairwise verdict (as it always has) and under
     "summary_source" in an individual one, whose "summaries" holds its two readings."""
     verdicts = {aid: unjudged(why) for aid, why in control.excluded.items()}
-    for item, verdict in zip(control.items, control_verdicts(control, dists, min_mass)):
+    for item, verdict in zip(control.items, control_verdicts(control, dists, min_mass), strict=True):
         verdicts[item.article_id] = {**verdict, "distractor_article_id": control.distractors[item.article_id]}
     name_key = "summary_source" if control.setting == SettingName.individual else "summaries"
     for verdict in verdicts.values():

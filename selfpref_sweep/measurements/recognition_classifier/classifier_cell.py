@@ -77,7 +77,7 @@ def pairwise_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: float
     return {
         # Over both orders, each item counts once (the mean of its two hits: 0, 1/2 or 1), so the Wilson
         # interval has one unit per item; the two readings of an item share its article and are not independent.
-        "accuracy": proportion([0.5 * (f + b) for f, b in zip(hits_f, hits_b)], confidence),
+        "accuracy": proportion([0.5 * (f + b) for f, b in zip(hits_f, hits_b, strict=True)], confidence),
         "accuracy_forward": proportion(hits_f, confidence),
         "accuracy_backward": proportion(hits_b, confidence),
         "auroc": {**auroc(own_first, p_one), "score": "P(answer '1')", "positive": "own summary in position 1"},
@@ -93,7 +93,7 @@ def individual_metrics(verdicts: Sequence[Verdict], n_bins: int, confidence: flo
     other = [v.summaries["other"].value for v in verdicts]
     scores, is_own = own + other, [True] * len(own) + [False] * len(other)
     return {
-        "accuracy": proportion([hit(a, b) for a, b in zip(own, other)], confidence),
+        "accuracy": proportion([hit(a, b) for a, b in zip(own, other, strict=True)], confidence),
         "accuracy_own": proportion([hit(a, 0.5) for a in own], confidence),
         "accuracy_other": proportion([hit(0.5, b) for b in other], confidence),
         "auroc": {**auroc(is_own, scores), "score": "P(Yes)", "positive": "own summary"},

@@ -107,7 +107,7 @@ def reliability_plot(cells: pd.DataFrame, path: Path) -> PlotFile:
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax in axes.ravel()[len(facets):]:
         ax.axis("off")
-    for ax, (variant, setting) in zip(axes.ravel(), facets):
+    for ax, (variant, setting) in zip(axes.ravel(), facets, strict=False):
         sub = usable[(usable["evaluator_variant"] == variant) & (usable["setting"] == setting)]
         ax.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls="--", zorder=0)
         for i, c in enumerate(sub.itertuples()):

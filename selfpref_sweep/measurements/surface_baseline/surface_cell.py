@@ -147,7 +147,7 @@ def run_baseline(stage: SurfaceStage) -> dict[str, dict[str, Any]]:
         return {}
     stage.matrix = X, y, groups = design(stage.pairs)
     p_own, fold = out_of_fold(X, y, groups, stage.folds)
-    return {p.article_id: {"p_own": float(q), "fold": int(k)} for p, q, k in zip(stage.pairs, p_own, fold)}
+    return {p.article_id: {"p_own": float(q), "fold": int(k)} for p, q, k in zip(stage.pairs, p_own, fold, strict=True)}
 
 
 def summarize_baseline(stage: SurfaceStage, records: Mapping[str, dict[str, Any]], reason: str,

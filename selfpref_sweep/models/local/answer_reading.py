@@ -48,7 +48,7 @@ class AnswerReading:
             return
         for rows, last, cache in self._trie_tails(prompts):
             batch = self._distributions(last, cache, [len(prompts[i]) for i in rows], [requests[i] for i in rows])
-            for i, dist in zip(rows, batch):
+            for i, dist in zip(rows, batch, strict=True):
                 self.tokens_requested += len(prompts[i])
                 yield requests[i], dist
 
@@ -91,7 +91,7 @@ class AnswerReading:
 
     def _read_block(self, block, prompts, requests) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
         probs = self._head_probs(self.torch.stack([h for _, h, _ in block]))
-        for (i, _, cache), row in zip(block, probs):
+        for (i, _, cache), row in zip(block, probs, strict=True):
             self.tokens_requested += len(prompts[i])
             yield requests[i], self._distributions_of(row[None], cache, [len(prompts[i])], [requests[i]])[0]
 
@@ -165,17 +165,17 @@ class AnswerReading:
                           ) -> list[AnswerDistribution]:
         """`_distributions` from the rows' next-token distributions."""
         dists, picks = [], []
-        for row, (probs, req) in enumerate(zip(batch_probs, requests)):
+        for row, (probs, req) in enumerate(zip(batch_probs, requests, strict=True)):
             top = probs.topk(5)
-            top_tokens = [(self._token_text(i), round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist())]
+            top_tokens = [(self._token_text(i), round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist(), strict=True)]
             dists.append(AnswerDistribution(probs=self._answer_probs(probs, req.answers), method=FULL_METHOD,
                                             top_tokens=top_tokens, prompt_tokens=lengths[row]))
             ws = self._whitespace_ids
-            ws_probs = list(zip(ws, probs[ws].tolist())) if ws else []
+            ws_probs = list(zip(ws, probs[ws].tolist(), strict=True)) if ws else []
             picks += [(row, tok, p) for tok, p in split_tokens(ws_probs)]
         if picks:
             second = self._second_position(cache, lengths, [(row, tok) for row, tok, _ in picks])
-            for (row, _, p_ws), h in zip(picks, second):
+            for (row, _, p_ws), h in zip(picks, second, strict=True):
                 dist = dists[row]
                 after = self._answer_probs(self._probs(h), requests[row].answers)
                 dist.probs = {a: dist.probs[a] + p_ws * after[a] for a in dist.probs}

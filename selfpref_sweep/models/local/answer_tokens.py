@@ -35,7 +35,7 @@ def whitespace_token_ids(decoded_vocab: Sequence[str], special_ids: set,
     ids = [i for i, t in enumerate(decoded_vocab) if i not in special_ids and blank(t)]
     empty = [i for i, t in enumerate(decoded_vocab) if i not in special_ids and t == ""]
     if empty:
-        ids += [i for i, t in zip(empty, decode_in_context(empty)) if blank(t)]
+        ids += [i for i, t in zip(empty, decode_in_context(empty), strict=True) if blank(t)]
     return sorted(ids)
 
 

@@ -86,7 +86,7 @@ class BatchInvariant:
         tails' forward output, its cache) per batch of tails."""
         order = sorted(range(len(prompts)), key=lambda i: prompts[i])
         bounds = [self._bound(p) for p in prompts]
-        longest = max((len(p) + len(e) for p, e in zip(prompts, extras)), default=1)
+        longest = max((len(p) + len(e) for p, e in zip(prompts, extras, strict=True)), default=1)
         window = self._window(longest)
         for w in range(0, len(order), window):
             yield from self._invariant_window(prompts, extras, bounds, order[w:w + window])

@@ -89,7 +89,7 @@ class Decoding:
         prompts = [ids for _, ids in group]
         widths = [self._decode_width(len(p)) for p in prompts]
         any_width = self._decodes_any_width
-        extras = [[] if any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths)]
+        extras = [[] if any_width else [self._pad_id] * (w - len(p)) for p, w in zip(prompts, widths, strict=True)]
         pending: dict[int, list] = {}
         for rows, out, cache in self._invariant_runs(prompts, extras):
             for r, i in enumerate(rows):
@@ -105,7 +105,7 @@ class Decoding:
             if waiting > self.kv_budget_bytes // 2:
                 key = max(pending, key=lambda k: len(pending[k]))
                 yield from self._decode_ready(group, pending.pop(key), widths)
-        for key, ready in sorted(pending.items()):
+        for _key, ready in sorted(pending.items()):
             yield from self._decode_ready(group, ready, widths)
 
     @property
@@ -121,7 +121,7 @@ class Decoding:
         width = max(widths[i] for i, _, _ in ready)
         new = self._decode_rows_greedy([len(group[i][1]) for i, _, _ in ready], [h for _, h, _ in ready],
                                        [c for _, _, c in ready], width, group[0][0].max_new_tokens)
-        for (i, _, _), tokens in zip(ready, new):
+        for (i, _, _), tokens in zip(ready, new, strict=True):
             yield group[i][0], self._generation(group[i][0], group[i][1], tokens)
 
     def _decode_rows_greedy(self, lengths: list[int], hidden: list, caches: list, width: int, max_new: int

@@ -26,7 +26,7 @@ def _stack_padded(caches: list[object], width: int, right: bool = False):
 
     batch = _clone_cache(caches[0])
     for k, layer in enumerate(batch.layers):
-        def stacked(name):
+        def stacked(name, k=k):
             rows = [getattr(c.layers[k], name) for c in caches]
             return torch.cat([torch.nn.functional.pad(t, (0, 0, 0, width - t.shape[-2]) if right
                                                       else (0, 0, width - t.shape[-2], 0)) for t in rows], dim=0)

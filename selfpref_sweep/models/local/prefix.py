@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class Score:
     start: int
 
 
-Step = Union[Extend, Score]
+Step = Extend | Score
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

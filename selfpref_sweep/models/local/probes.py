@@ -138,7 +138,7 @@ class Probes:
                             ).tolist()
         whole = self._forward_rows([ids[0]], None).last_hidden_state[0]
         cache, pieces = None, []
-        for start, stop in zip((0,) + cuts, cuts + (n,)):
+        for start, stop in zip((0,) + cuts, cuts + (n,), strict=True):
             if start == cuts[-1]:
                 prefix = _clone_cache(cache)
             out = self._forward_rows([ids[0][start:stop]], cache)

@@ -343,8 +343,7 @@ class OpenAIModel(ModelAPI):
                         finished.append((futures[fut], fut.result()))
                     elif error is None or isinstance(error, _Cancelled):
                         error = exc
-                for pair in finished:
-                    yield pair
+                yield from finished
                 if error is not None:
                     stop.set()
                     for fut in pending:

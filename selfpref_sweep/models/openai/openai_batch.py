@@ -386,7 +386,7 @@ class _Runner:
         while pending:
             for batch_id in list(pending):
                 state, mine = pending[batch_id]
-                batch = self._call(lambda: self.client.batches.retrieve(batch_id), "polling a batch")
+                batch = self._call(lambda batch_id=batch_id: self.client.batches.retrieve(batch_id), "polling a batch")
                 if batch.status != state.get("status"):
                     state["status"] = batch.status
                     _save_state(self.dir, state)

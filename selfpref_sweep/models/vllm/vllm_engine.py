@@ -228,20 +228,20 @@ class VLLMModel(ModelAPI):
                     f"{self.identity.label}: its vocabulary spells these answers with {len(too_many)} tokens, more "
                     f"than vLLM reads at one position ({_MAX_SCORED_IDS}); use backend local for this model.")
             room = [_MAX_SCORED_IDS - len(a) for a in answers]
-            read = [a + self._short_whitespace_ids[:max(0, r)] for a, r in zip(answers, room)]
+            read = [a + self._short_whitespace_ids[:max(0, r)] for a, r in zip(answers, room, strict=True)]
             firsts = self._run([ids[i] for i in part], [self._scoring(r) for r in read], 2)
             dists = [self._distribution(requests[i], out.outputs[0].logprobs[0], len(ids[i]))
-                     for i, out in zip(part, firsts)]
+                     for i, out in zip(part, firsts, strict=True)]
             picks = [(k, w, p) for k, out in enumerate(firsts)
                      for w, p in split_tokens(self._probs_of(out.outputs[0].logprobs[0], self._short_whitespace_ids))]
             if picks:
                 seconds = self._run([ids[part[k]] + [w] for k, w, _ in picks],
                                     [self._scoring(answers[k]) for k, _, _ in picks], 1)
-                for (k, _, p_ws), out in zip(picks, seconds):
+                for (k, _, p_ws), out in zip(picks, seconds, strict=True):
                     after = self._answer_probs(out.outputs[0].logprobs[0], requests[part[k]].answers)
                     dists[k].probs = {a: dists[k].probs[a] + p_ws * after[a] for a in dists[k].probs}
                     dists[k].method = SPLIT_METHOD
-            for i, dist in zip(part, dists):
+            for i, dist in zip(part, dists, strict=True):
                 yield requests[i], dist
 
     def _scoring(self, token_ids: list[int]):
@@ -273,7 +273,7 @@ class VLLMModel(ModelAPI):
                                      stop=list(requests[i].stop) or None, stop_token_ids=self._stop_ids)
                       for i in part]
             budget = max(requests[i].max_new_tokens for i in part)
-            for i, out in zip(part, self._run([ids[i] for i in part], params, budget)):
+            for i, out in zip(part, self._run([ids[i] for i in part], params, budget), strict=True):
                 done = out.outputs[0]
                 text = done.text
                 for stop in requests[i].stop:
@@ -287,13 +287,13 @@ class VLLMModel(ModelAPI):
         SamplingParams = self._vllm.SamplingParams
         prompts = [self._prompt_ids(r.messages, r.prompt) for r in requests]
         texts = [self.tokenizer(r.continuation, add_special_tokens=False)["input_ids"] for r in requests]
-        ids = [p + t for p, t in zip(prompts, texts)]
+        ids = [p + t for p, t in zip(prompts, texts, strict=True)]
         for part in self._slices(requests, ids):
             # Never from cached blocks: prompt log-probabilities of a cached prefix are not recomputed, and
             # reading them has depended on request order (vllm-project/vllm#42019). vLLM 0.32 defaults to this
             # for prompt_logprobs; named so that it holds whatever the default becomes.
             params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, skip_reading_prefix_cache=True)
-            for i, out in zip(part, self._run([ids[i] for i in part], params, 1)):
+            for i, out in zip(part, self._run([ids[i] for i in part], params, 1), strict=True):
                 rows = out.prompt_logprobs  # row j: the log-probability of token j given those before it
                 start = len(prompts[i])
                 total = sum(rows[j][ids[i][j]].logprob for j in range(start, len(ids[i])))
