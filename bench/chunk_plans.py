@@ -87,7 +87,8 @@ def forward_costs(model):
 
     ids = torch.randint(0, 30000, (664,), generator=torch.Generator().manual_seed(0)).tolist()
     base = model._run_rows([ids[:600]], None)
-    small, big = ((min(_time(lambda n=n, rows=rows: model._forward_rows([ids[600:600 + n]] * rows, _clone_cache(base, batch=rows)))
+    small, big = ((min(_time(lambda n=n, rows=rows: model._forward_rows([ids[600:600 + n]] * rows,
+                                                                         _clone_cache(base, batch=rows)))
                        for _ in range(3)), rows * n) for rows, n in ((1, 8), (8, 64)))
     per_token = (big[0] - small[0]) / (big[1] - small[1])
     return small[0] - per_token * small[1], per_token

@@ -134,7 +134,8 @@ def intervals(sums: np.ndarray, counts: np.ndarray, resamples: int, rng: np.rand
         bca = stats.bootstrap((sums, counts), _unit_stat, paired=True, vectorized=True, axis=-1,
                               n_resamples=resamples, method="BCa", random_state=rng).confidence_interval
     half = stats.t.ppf(0.975, n - 1) * se
-    return {"t": (est - half, est + half), "new": new_interval(sums, counts, bounded),"percentile": tuple(np.nanquantile(boot, [0.025, 0.975])), "BCa": (bca.low, bca.high),
+    return {"t": (est - half, est + half), "new": new_interval(sums, counts, bounded),
+            "percentile": tuple(np.nanquantile(boot, [0.025, 0.975])), "BCa": (bca.low, bca.high),
             "bootstrap-t": (est - t_lo * se, est - t_hi * se)}
 
 

@@ -115,7 +115,8 @@ def trie_tokens(prompts: list[list[int]]) -> int:
     ordered = sorted(prompts)
     total, previous = 0, []
     for p in ordered:
-        shared = next((i for i, (a, b) in enumerate(zip(p, previous, strict=False)) if a != b), min(len(p), len(previous)))
+        shared = next((i for i, (a, b) in enumerate(zip(p, previous, strict=False)) if a != b),
+                      min(len(p), len(previous)))
         total += len(p) - shared
         previous = p
     return total
@@ -328,8 +329,8 @@ def measure(args, device: str, dtype: str, base, model_cfg, model_dir: Path) -> 
         hf_judge(judge_reqs[:2])
         seconds = hf_judge(judge_reqs)
         gen_s, made = hf_generate(gen_reqs, args.new_tokens)
-        rows[f"plain HF, batches of {args.max_batch}"] = (seconds / len(judge_reqs) * 1e3, made / gen_s, peak_gb(device),
-                                                          None)
+        rows[f"plain HF, batches of {args.max_batch}"] = (seconds / len(judge_reqs) * 1e3, made / gen_s,
+                                                          peak_gb(device), None)
         del hf_judge, hf_generate
         _free(device)
     # last: one prompt per forward on a GPU is the slowest path (a timeout cuts it first)

@@ -82,7 +82,8 @@ def forward_cost(model) -> None:
     ids = torch.randint(0, 30000, (600,), generator=torch.Generator().manual_seed(0)).tolist()
     base = model._run_rows([ids[:512]], None)
     for rows, tokens in ((1, 1), (1, 8), (1, 32), (1, 64), (8, 32), (8, 64), (16, 64), (32, 64)):
-        best = min(_time(lambda tokens=tokens, rows=rows: model._forward_rows([ids[512:512 + tokens]] * rows, _clone_cache(base, batch=rows)))
+        best = min(_time(lambda tokens=tokens, rows=rows: model._forward_rows([ids[512:512 + tokens]] * rows,
+                                                                              _clone_cache(base, batch=rows)))
                    for _ in range(3))
         print(f"forward of {rows} x {tokens} tokens: {best * 1e3:.0f} ms, {best * 1e3 / (rows * tokens):.2f} ms/token")
 

@@ -73,9 +73,11 @@ def label_table(analysis: Path) -> pd.DataFrame:
     for _, r in df.iterrows():
         rows.append({"dataset": r["dataset"], "evaluator": r["evaluator_variant"], "label": r["label"],
                      "articles": r["n_articles"],
-                     "preference [95% CI]": f"{_f(r['pref_paper_mean'])} {_ci(r['pref_paper_ci_low'], r['pref_paper_ci_high'])}",
+                     "preference [95% CI]":
+                         f"{_f(r['pref_paper_mean'])} {_ci(r['pref_paper_ci_low'], r['pref_paper_ci_high'])}",
                      "no label": _f(r["pref_ref_paper_mean"]),
-                     "Δ [95% CI]": f"{_f(r['dpref_paper_mean'])} {_ci(r['dpref_paper_ci_low'], r['dpref_paper_ci_high'])}",
+                     "Δ [95% CI]":
+                         f"{_f(r['dpref_paper_mean'])} {_ci(r['dpref_paper_ci_low'], r['dpref_paper_ci_high'])}",
                      "Holm p": _p(r.get("dpref_paper_p_holm"))})
     return pd.DataFrame(rows)
 

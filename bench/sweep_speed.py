@@ -140,7 +140,8 @@ def main() -> None:
         n = f" ({counts[phase]} results)" if counts[phase] else ""
         print(f"  {phase:<12} {spent[phase]:8.1f} s{n}")
     print(f"  {'other':<12} {grid_s - sum(spent.values()):8.1f} s")
-    print(f"tokens computed: judging {tokens['judge']:,} ({tokens['judge'] / max(1, judgements):.0f} per judgement over "
+    print(f"tokens computed: judging {tokens['judge']:,} "
+          f"({tokens['judge'] / max(1, judgements):.0f} per judgement over "
           f"{judgements} judgements), familiarity {tokens['familiarity']:,}")
     print(f"grid_s={grid_s:.1f} per_judgement_s={spent['judge'] / max(1, judgements):.3f}")
 

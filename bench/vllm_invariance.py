@@ -95,14 +95,18 @@ def main() -> None:
     for reproducible in (True, False):
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
             cfg = compose("config", overrides=[f"evaluator={args.model}", "evaluator.backend=vllm", "dataset=demo",
-                                               f"evaluator.dtype={args.dtype}", f"evaluator.vllm_enforce_eager={args.eager}",
+                                               f"evaluator.dtype={args.dtype}",
+                                               f"evaluator.vllm_enforce_eager={args.eager}",
                                                f"evaluator.vllm_reproducible={reproducible}"])
         model = VLLMModel(cfg.evaluator, model_cache=cfg.paths.model_cache, show_progress=False)
         judge, texts, summaries = requests(cfg, model.identity, args.articles)
         kinds = {
-            "judge": (judge, lambda rs, model=model: {r.cache_key(): d.probs for r, d in model.answer_distributions(rs)}),
-            "familiarity": (texts, lambda rs, model=model: {r.cache_key(): s.total for r, s in model.sequence_logprobs(rs)}),
-            "summaries (text)": (summaries, lambda rs, model=model: {r.cache_key(): g.text for r, g in model.generate(rs)}),
+            "judge": (judge, lambda rs, model=model: {r.cache_key(): d.probs
+                                                      for r, d in model.answer_distributions(rs)}),
+            "familiarity": (texts, lambda rs, model=model: {r.cache_key(): s.total
+                                                            for r, s in model.sequence_logprobs(rs)}),
+            "summaries (text)": (summaries, lambda rs, model=model: {r.cache_key(): g.text
+                                                                     for r, g in model.generate(rs)}),
         }
         mode = "reproducible" if reproducible else "fast (vllm_reproducible=false)"
         for kind, (items, run) in kinds.items():

@@ -15,8 +15,8 @@ fraction of the POSTs, answers with a fault instead:
 
 The decision for the i-th POST depends only on the seed and i, so a run is reproducible up to the
 order in which concurrent requests arrive; `schedule` fixes the decisions of the first POSTs outright
-(a fault name, or None to forward), so a test can be sure each fault it names happens. Counts of what it did are kept for the assertions, and
-the Authorization headers it saw are kept so a test can check the key really was sent.
+(a fault name, or None to forward), so a test can be sure each fault it names happens. Counts of what it did are kept
+for the assertions, and the Authorization headers it saw are kept so a test can check the key really was sent.
 
     with FaultProxy("http://127.0.0.1:8000", faults=("429", "500"), fault_rate=0.3, seed=0) as proxy:
         client = OpenAI(base_url=proxy.base_url + "/v1", ...)

@@ -135,7 +135,8 @@ def small_sweep(root: Path) -> Path:
     sweep = root / "2026-11-21" / "20-30-00"
     values = [(0.55, 0.52), (0.62, 0.58), (0.71, 0.66), (0.80, 0.71), (0.48, 0.50), (0.66, 0.60)]
     for j, (rec, pref) in enumerate(values):
-        write_cell(sweep, j, evaluator=("qwen05", "smollm135")[j % 2], source=("human", "paper_gpt4", "gemma270")[j % 3],
+        write_cell(sweep, j, evaluator=("qwen05", "smollm135")[j % 2],
+                   source=("human", "paper_gpt4", "gemma270")[j % 3],
                    dataset=("paper_xsum", "paper_cnn")[j // 3], rec=rec, pref=pref)
     write_cell(sweep, 6, source="llama2", status=None, error="ModelUnavailableError: weights for llama2 are missing")
     write_cell(sweep, 7, source="qwen15", status=None)
@@ -362,7 +363,8 @@ def test_report_renders_from_a_small_fixture_sweep(tmp_path: Path) -> None:
     header = next(line for line in md.splitlines() if line.startswith("| grouping | group | scale | n paper units"))
     for col in ("slope", "slope 95% CI", "r", "r 95% CI", "R²"):
         assert f"| {col} |" in header
-    headline_row = next(line for line in md.splitlines() if line.startswith("| setting × label | pairwise / none | paper | 4 |"))
+    headline_row = next(line for line in md.splitlines()
+                        if line.startswith("| setting × label | pairwise / none | paper | 4 |"))
     assert slope_txt in headline_row and ci_txt in headline_row and r_txt in headline_row
     for text in (slope_txt, ci_txt, r_txt):
         assert text in html

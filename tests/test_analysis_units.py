@@ -245,7 +245,8 @@ def test_settings_and_label_conditions_are_never_pooled(tmp_path: Path) -> None:
         if f.level == LEVEL_SOURCE:
             assert f.n == 10 and f.n_clusters == 5  # one condition's cells, clustered by its 5 variants
     for r in result.est.interactions:
-        assert " / ".join(r.group.split(" / ")[:2]) in groups and r.n in (4, 8)  # the fine-tuned points of one condition only
+        # the fine-tuned points of one condition only
+        assert " / ".join(r.group.split(" / ")[:2]) in groups and r.n in (4, 8)
     # Each unit belongs to one condition; the same variant appears once per condition.
     assert len(result.est.units) == 15 and result.est.units.groupby(["setting", "label"]).size().tolist() == [5, 5, 5]
 

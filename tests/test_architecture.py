@@ -98,7 +98,8 @@ def test_the_analysis_reads_records_only():
         if m not in reachable:
             reachable.add(m)
             todo += graph[m]
-    for forbidden in ("selfpref_sweep.run.plan", "selfpref_sweep.run.runner", "selfpref_sweep.finetune", "selfpref_sweep.models"):
+    for forbidden in ("selfpref_sweep.run.plan", "selfpref_sweep.run.runner", "selfpref_sweep.finetune",
+                      "selfpref_sweep.models"):
         assert forbidden not in reachable, forbidden
     assert "selfpref_sweep.records.schema" in reachable
 

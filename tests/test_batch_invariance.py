@@ -39,7 +39,8 @@ def test_auto_is_on_in_16_bit_types_and_off_in_float32(compose_cfg):
     def schedule(*overrides):
         return model_identity(resolve_cell(compose_cfg(["evaluator=smollm135", *overrides])).evaluator).schedule
 
-    assert schedule("evaluator.dtype=bfloat16") == "chunks64k512h16d8w512"  # keys in blocks of 512; 8 decode rows of whole blocks
+    # keys in blocks of 512; 8 decode rows of whole blocks
+    assert schedule("evaluator.dtype=bfloat16") == "chunks64k512h16d8w512"
     assert schedule("evaluator.dtype=float32") == ""
     assert schedule("evaluator.dtype=float32", "evaluator.batch_invariant=true",
                     "evaluator.batch_invariant_chunk=32", "evaluator.generate_batch=4") == "chunks32k512h16d4w512"

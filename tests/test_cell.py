@@ -141,7 +141,8 @@ def test_parallel_cells_share_the_store(tmp_path):
     def sweep(name):
         cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", "evaluator=fake",
                "source=human,fake_other", "dataset.n_articles=4", "show_progress=false", "hydra/launcher=joblib",
-               "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / name}", "hydra.callbacks.analysis.enabled=false"]
+               "hydra.launcher.n_jobs=2", f"hydra.sweep.dir={tmp_path / name}",
+               "hydra.callbacks.analysis.enabled=false"]
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return [json.loads((tmp_path / name / str(i) / "summary.json").read_text()) for i in range(2)]

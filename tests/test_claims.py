@@ -164,7 +164,8 @@ def test_two_nodes_sharing_a_sweep_folder_do_each_cell_once(tmp_path):
     assert single.returncode == 0, single.stderr[-2000:]
 
     reused = [out.count("this launch made no calls") for out, _ in outs]
-    computed = [out.count("model calls:") - r for (out, _), r in zip(outs, reused, strict=True)]  # a reused one prints it too
+    # a reused one prints it too
+    computed = [out.count("model calls:") - r for (out, _), r in zip(outs, reused, strict=True)]
     assert sum(computed) == 2 and [c + r for c, r in zip(computed, reused, strict=True)] == [2, 2]  # each cell once
     stores = [tmp_path / f"node{i}.sqlite" for i in (0, 1)]
     summaries = [json.loads((sweep / str(i) / "summary.json").read_text()) for i in (0, 1)]
@@ -172,7 +173,8 @@ def test_two_nodes_sharing_a_sweep_folder_do_each_cell_once(tmp_path):
     assert set().union(*(keys(db) for db in stores if db.exists())) == keys(alone / "calls.sqlite")
     for i in (0, 1):
         assert len(list((sweep / str(i) / "wandb").glob("offline-run-*"))) == 1
-        assert (sweep / str(i) / "results.jsonl").read_text() == (alone / "sweep" / str(i) / "results.jsonl").read_text()
+        assert ((sweep / str(i) / "results.jsonl").read_text()
+                == (alone / "sweep" / str(i) / "results.jsonl").read_text())
 
 
 def test_a_launch_reaching_a_cell_another_launch_finished_meanwhile_uses_its_results(tmp_path):

@@ -84,7 +84,8 @@ def test_the_model_and_judge_schemas_are_composed_of_the_registered_settings():
                                 (JudgeConfig, MEASUREMENT_SETTINGS, JudgeFields)):
         assert schema.__bases__ == (object,) and schema.__module__ == "selfpref_sweep.config"
         assert _names(schema) == [name for part in [*map(load, table.values()), core] for name in _names(part)]
-    assert _names(ModelConfig)[:2] == ["model", "base_url"] and _names(ModelConfig)[-2:] == ["context_tokens", "adapter"]
+    assert _names(ModelConfig)[:2] == ["model", "base_url"]
+    assert _names(ModelConfig)[-2:] == ["context_tokens", "adapter"]
     assert _names(JudgeConfig)[:2] == ["surface_baseline", "surface_folds"]
     assert _names(JudgeConfig)[-2:] == ["min_answer_mass", "measurements"]
     assert range_of(ModelConfig, "max_concurrency") == COUNT and range_of(ModelConfig, "generate_batch") == COUNT

@@ -251,7 +251,8 @@ def test_a_paper_evaluator_does_not_count_its_own_paper_summaries_as_others(ft_c
     cfg = ft_cfg(["finetune_task=recognition", "finetune_dataset=paper_cnn", f"dataset.root={paper_data}",
                   "evaluator.name=gpt35"])
     ds = load_dataset(finetune_dataset_cfg(cfg))
-    assert available_others(cfg.evaluator.name, None, True, list(ds.imported)) == ["human", "gpt4", "claude", "llama"]  # 8N examples
+    # 8N examples
+    assert available_others(cfg.evaluator.name, None, True, list(ds.imported)) == ["human", "gpt4", "claude", "llama"]
 
 
 # ------------------------------------------------------------------------ disjoint train / eval

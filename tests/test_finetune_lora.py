@@ -52,7 +52,8 @@ def test_tiny_lora_run_changes_the_answer_distribution(compose_cfg, tmp_path):
     # prompt, and the answer token is one the evaluation sums for "1"
     encoded = encode_examples(judge, examples)
     for (ids, answer_id), ex in zip(encoded, examples, strict=True):
-        assert ids == judge.encode(judge.render(AnswerRequest(judge.identity, ex.messages, JudgeDecoding(("1", "2"))).messages))
+        request = AnswerRequest(judge.identity, ex.messages, JudgeDecoding(("1", "2")))
+        assert ids == judge.encode(judge.render(request.messages))
         assert judge.tokenizer.decode(ids).endswith("<|im_start|>assistant\n")
         assert answer_id in judge.answer_ids("1") and judge.tokenizer.decode([answer_id]) == "1"
 

@@ -48,7 +48,8 @@ def differences(golden: Any, actual: Any, path: str = "", ignore: frozenset = fr
     if isinstance(golden, list) and isinstance(actual, list):
         if len(golden) != len(actual):
             return [f"{path}: {len(actual)} elements, golden {len(golden)}"]
-        return [d for i, (g, a) in enumerate(zip(golden, actual, strict=True)) for d in differences(g, a, f"{path}[{i}]", ignore)]
+        return [d for i, (g, a) in enumerate(zip(golden, actual, strict=True))
+                for d in differences(g, a, f"{path}[{i}]", ignore)]
     numbers = (int, float)
     if (isinstance(golden, numbers) and isinstance(actual, numbers)
             and not isinstance(golden, bool) and not isinstance(actual, bool)):

@@ -6,8 +6,8 @@ article, an article effect shared by sources and models, a source effect, item n
 the sampling distribution is the t's own) and counts how often the interval holds the truth. With a fixed
 seed the rates are fixed; the bands are Monte Carlo-honest: at 400 repetitions a 95% rate has SE 1.1%, so
 92.5% is about 2.3 SE below it; the percentile interval (about 89%, SE 1.6%; 0.915 and 0.905 at these seeds)
-must stay at or under 92% and at least 2.5 points under the new one on the same data. bench/coverage_means.py is the fuller study (skewed paper-scale data, 20 articles, BCa,
-bootstrap-t).
+must stay at or under 92% and at least 2.5 points under the new one on the same data. bench/coverage_means.py is the
+fuller study (skewed paper-scale data, 20 articles, BCa, bootstrap-t).
 """
 
 from __future__ import annotations

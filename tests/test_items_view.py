@@ -41,11 +41,13 @@ def make_sweep(root: Path) -> Path:
     cells = {
         "0": ({"evaluator": "ev", "source": "human", "dataset": "demo", "setting": "pairwise", "label": "none",
                "finetune_task": "none"},
-              [_row("demo-01", 0.71, 0.62), _row("demo-02", 0.31, 0.92), _row("demo-03", 0.5, 0.5, reason="low_answer_mass")]),
+              [_row("demo-01", 0.71, 0.62), _row("demo-02", 0.31, 0.92),
+               _row("demo-03", 0.5, 0.5, reason="low_answer_mass")]),
         "1": ({"evaluator": "ev", "source": "other", "dataset": "demo", "setting": "pairwise", "label": "none",
                "finetune_task": "recognition", "finetune_n_articles": 10, "transfer": "in_domain"},
               [_row("demo-01", 0.55, 0.15, competence={"score": 0.875, "excluded": False,
-                                                              "orders": {"forward": {"p_own": 0.9}}}), _row("demo-02", 0.95, 0.45)]),
+                                                              "orders": {"forward": {"p_own": 0.9}}}),
+               _row("demo-02", 0.95, 0.45)]),
     }
     for name, (cell, rows) in cells.items():
         d = sweep / name
@@ -65,9 +67,11 @@ def test_collect_items_reads_cells_items_and_dedups_articles(tmp_path):
     assert data["cells"][0]["n_unreadable_lines"] == 1  # counted, not silently dropped
     assert "ft recognition N=10, in_domain" in data["cells"][1]["label"]
     assert len(data["items"]) == 5
-    assert sorted(data["articles"]) == ["demo/demo-01", "demo/demo-02", "demo/demo-03"]  # one copy per article, not per cell
+    # one copy per article, not per cell
+    assert sorted(data["articles"]) == ["demo/demo-01", "demo/demo-02", "demo/demo-03"]
     excluded = [it for it in data["items"] if it["questions"]["recognition"]["excluded"]]
-    assert [(it["article_id"], it["questions"]["recognition"]["reason"]) for it in excluded] == [("demo-03", "low_answer_mass")]
+    assert ([(it["article_id"], it["questions"]["recognition"]["reason"]) for it in excluded]
+            == [("demo-03", "low_answer_mass")])
     parts = data["items"][0]["questions"]["recognition"]["parts"]
     assert [(p["name"], p["p_own"], p["mass"]) for p in parts] == [("forward", 0.6, 0.95), ("backward", 0.4, 0.95)]
     # each measurement's record, as its plug-in shows it; none where the item has no record

@@ -90,7 +90,8 @@ def test_killed_sweep_resumes_without_repeating_work(tmp_path):
                            env=env_for(fresh), capture_output=True, text=True, timeout=300)
     assert clean.returncode == 0, clean.stderr[-2000:]
     for i in (0, 1):
-        assert (sweep / str(i) / "results.jsonl").read_text() == (fresh / "sweep" / str(i) / "results.jsonl").read_text()
+        assert ((sweep / str(i) / "results.jsonl").read_text()
+                == (fresh / "sweep" / str(i) / "results.jsonl").read_text())
         a = json.loads((sweep / str(i) / "summary.json").read_text())
         b = json.loads((fresh / "sweep" / str(i) / "summary.json").read_text())
         assert a["recognition"] == b["recognition"] and a["preference"] == b["preference"]

@@ -184,7 +184,8 @@ def test_our_calls_print_no_warning(qwen):
     judge = [AnswerRequest(model.identity, pairwise_messages(prompts, q, article, a, b), JudgeDecoding(("1", "2")))
              for q in ("recognition", "preference") for a, b in (("Harbour reopens.", "Repairs end."),
                                                                ("Repairs end.", "Harbour reopens."))]
-    ask = GenerateRequest(model.identity, summarize_messages(prompts, "xsum", article), GenerationDecoding(max_new_tokens=8))
+    ask = GenerateRequest(model.identity, summarize_messages(prompts, "xsum", article),
+                          GenerationDecoding(max_new_tokens=8))
     records: list = []
     handler = logging.Handler(level=logging.WARNING)
     handler.emit = records.append

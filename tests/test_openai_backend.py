@@ -259,7 +259,8 @@ def test_generate_returns_text_and_usage(server, key_env):
     model = OpenAIModel(model_cfg(server.base_url), model_cache="")
     article = ARTICLES[0][0]
     reqs = [GenerateRequest(model.identity, (Message("system", "Summarize the article in one sentence."),
-                                              Message("user", f"Article:\n{article}")), GenerationDecoding(max_new_tokens=n))
+                                              Message("user", f"Article:\n{article}")),
+                            GenerationDecoding(max_new_tokens=n))
             for n in (8, 16)]
     out = dict(model.generate(reqs))
     assert set(out) == set(reqs)
@@ -283,7 +284,8 @@ def test_second_pass_is_served_from_the_cache_and_the_key_is_nowhere(server, key
 
     first = CachedModel(OpenAIModel.identity_for(cfg), factory, store, show_progress=False)
     reqs = judge_requests(first.identity)[:6]
-    gen = [GenerateRequest(first.identity, (Message("user", "Say hello."),), decoding=GenerationDecoding(max_new_tokens=4))]
+    gen = [GenerateRequest(first.identity, (Message("user", "Say hello."),),
+                           decoding=GenerationDecoding(max_new_tokens=4))]
     a = first.answer_distributions(reqs)
     g = first.generate(gen)
     assert first.calls == 7 and first.prompt_tokens > 0 and first.completion_tokens >= 7

@@ -52,13 +52,15 @@ def test_the_truth_is_the_summary_with_the_higher_feature_value():
     assert truth_of("length", "one", "one two") == ("other", 1.0, 2.0)
     assert truth_of("length", "a b", "c d")[0] == TIE  # equal word counts: no right answer
     assert truth_of("vowel", "aeiou", "AE xyz") == ("own", 5.0, 2.0)  # "y" is not a vowel
-    easy, hard = "The cat sat. It was fun.", "Notwithstanding multitudinous considerations, reorganization necessitates."
+    easy = "The cat sat. It was fun."
+    hard = "Notwithstanding multitudinous considerations, reorganization necessitates."
     assert truth_of("readability", easy, hard)[0] == "own" and truth_of("readability", hard, easy)[0] == "other"
     assert set(TRUTHS) == {"length", "vowel", "readability"} <= set(PROMPTS["pairwise"])
 
 
 # ------------------------------------------------------------------------------------- on, off and auto
-@pytest.mark.parametrize("mode,judge,on", [("auto", LOCAL_JUDGE, True), ("auto", ModelConfig(name="g", backend="openai"), False),
+@pytest.mark.parametrize("mode,judge,on", [("auto", LOCAL_JUDGE, True),
+                                           ("auto", ModelConfig(name="g", backend="openai"), False),
                                            ("auto", FAKE_JUDGE, False), ("on", FAKE_JUDGE, True),
                                            ("off", LOCAL_JUDGE, False)])
 def test_auto_is_on_where_the_judges_calls_cost_nothing(mode, judge, on):
@@ -118,13 +120,16 @@ def test_the_score_is_p_own_and_correct_follows_the_truth():
         r = records[aid]
         assert r["score"] == pytest.approx(0.9) and r["logodds"] == pytest.approx(np.log(9))  # picks OWN
         assert r["truth"] == truth and r["question"] == "length" and r["feature"] == "word count"
-    assert records["a0"]["correct"] == pytest.approx(0.9) and records["a0"]["correct_logodds"] == pytest.approx(np.log(9))
-    assert records["a1"]["correct"] == pytest.approx(0.1) and records["a1"]["correct_logodds"] == pytest.approx(-np.log(9))
+    assert records["a0"]["correct"] == pytest.approx(0.9)
+    assert records["a0"]["correct_logodds"] == pytest.approx(np.log(9))
+    assert records["a1"]["correct"] == pytest.approx(0.1)
+    assert records["a1"]["correct_logodds"] == pytest.approx(-np.log(9))
     assert records["a2"]["correct"] is None and records["a2"]["correct_logodds"] is None
     assert records["a0"]["values"] == {"own": 4.0, "other": 2.0}
     assert records["a0"]["orders"]["forward"]["own_position"] == 1
     shown = PlaceboMeasurement().view(records["a1"])
-    assert shown["right answer"] == "other (word count: own 2.0, other 5.0)" and shown["P(correct)"] == pytest.approx(0.1)
+    assert shown["right answer"] == "other (word count: own 2.0, other 5.0)"
+    assert shown["P(correct)"] == pytest.approx(0.1)
     assert PlaceboMeasurement().item_columns(records["a1"])["pl_truth"] == "other"
 
 
@@ -148,7 +153,8 @@ def test_agreement_counts_the_same_items_for_both_rates_with_wilson_intervals():
     placebo, pref = agree["placebo_recognition"], agree["preference_recognition"]
     assert placebo["count"] == 5 and pref["count"] == 4  # items 0, 2, 3, 4, 5 / 0, 1, 2, 5
     lo, hi = proportion_confint(5, 6, alpha=0.05, method="wilson")
-    assert placebo["rate"] == pytest.approx(5 / 6) and (placebo["ci_low"], placebo["ci_high"]) == pytest.approx((lo, hi))
+    assert placebo["rate"] == pytest.approx(5 / 6)
+    assert (placebo["ci_low"], placebo["ci_high"]) == pytest.approx((lo, hi))
 
     stage = Stage(True, "judge.placebo=on", state=PlaceboState("length"), records={
         **{aid: {**r, "score": 0.6, "truth": "own", "correct": 0.6, "correct_logodds": 0.4}

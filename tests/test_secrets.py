@@ -48,7 +48,8 @@ def test_redact_hides_secrets_only():
                          "max_concurrency": 8, "apiKey": SECRET},
            "summaries": {"max_new_tokens": 100}, "tokens": {"prompt": 12, "completion": 3},
            "source": {"key": "gpt4", "name": "paper_gpt4"}, "OPENAI_API_KEY": SECRET, "hf_token": "hf_x",
-           "wandb": {"token_count": 5, "access_token": "t0k"}, "note": SECRET, "ids": ["42c027e4ff9730fbb3de84c1af0d2c506e67c57f"]}
+           "wandb": {"token_count": 5, "access_token": "t0k"}, "note": SECRET,
+           "ids": ["42c027e4ff9730fbb3de84c1af0d2c506e67c57f"]}
     out = redact(cfg)
     # Token counts, a variable's *name*, a source key and a hex article id are not secrets.
     assert out["evaluator"]["api_key_env"] == "OPENAI_API_KEY"

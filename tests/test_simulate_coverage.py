@@ -1,4 +1,5 @@
-"""The simulator's coverage mode (python -m selfpref_sweep.analysis.study.simulate --coverage): rows, data path, arithmetic."""
+"""The simulator's coverage mode (python -m selfpref_sweep.analysis.study.simulate --coverage): rows, data path,
+arithmetic."""
 
 from __future__ import annotations
 
@@ -159,9 +160,9 @@ def test_undecided_rows_get_more_reps_until_decided(monkeypatch) -> None:
 
 
 def test_the_simulators_control_arms_are_every_fine_tune_task_but_recognition() -> None:
-    """One home for the task groups (config/__init__.py): the simulator's controls are derived from them, in the design's
-    order (the control-question tasks, then the recognition-prompt controls). The positive control is no control
-    arm: it moves preference by construction, and the analysis keeps it out of the fits."""
+    """One home for the task groups (config/__init__.py): the simulator's controls are derived from them, in the
+    design's order (the control-question tasks, then the recognition-prompt controls). The positive control is no
+    control arm: it moves preference by construction, and the analysis keeps it out of the fits."""
     from selfpref_sweep.config import POSITIVE_CONTROL_TASKS, FinetuneTaskName
 
     assert design.CONTROL_ARMS == ("length", "vowel", "readability", "always_1", "random")

@@ -1,5 +1,6 @@
-"""The per-source breakdown (analysis/estimate/per_source.py, report/per_source_section.py): each other source's cell tested on its own, the p-values
-Holm-adjusted across the sources of a group, and the section shown only where a group has two or more sources."""
+"""The per-source breakdown (analysis/estimate/per_source.py, report/per_source_section.py): each other source's cell
+tested on its own, the p-values Holm-adjusted across the sources of a group, and the section shown only where a group
+has two or more sources."""
 
 from __future__ import annotations
 

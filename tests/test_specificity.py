@@ -183,11 +183,13 @@ def _items(arms: dict[str, tuple[str, int, float, float]], *, n_articles: int = 
     for variant, (task, n, drec, dpref) in {"qwen05": ("none", 0, 0.0, 0.0), **arms}.items():
         for source in ("human", "paper_gpt4"):
             for a in range(n_articles):
-                rec, pref = 0.5 + effect[a] + drec + rng.normal(0, noise), 0.5 + effect[a] + dpref + rng.normal(0, noise)
+                rec = 0.5 + effect[a] + drec + rng.normal(0, noise)
+                pref = 0.5 + effect[a] + dpref + rng.normal(0, noise)
                 rows.append({
                     "cell_id": f"{variant}/{source}", "evaluator_variant": variant, "is_finetuned": task != "none",
                     "evaluator": "qwen05", "source": source, "dataset": "paper_xsum", "setting": "pairwise",
-                    "label": "none", "finetune_task": task, "finetune_dataset": None if task == "none" else "paper_xsum",
+                    "label": "none", "finetune_task": task,
+                    "finetune_dataset": None if task == "none" else "paper_xsum",
                     "finetune_n_articles": None if task == "none" else n,
                     "transfer": "none" if task == "none" else "in_domain", "article_id": f"a{a}",
                     "rec_score": rec, "pref_score": pref, "rec_logodds": rec if logodds else math.nan,

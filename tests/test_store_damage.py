@@ -54,7 +54,8 @@ def full_store(tmp_path) -> Path:
     store = Store(tmp_path / "calls.sqlite")
     for i in range(1500):
         store.put(f"key{i:05d}", kind="answer_distribution", model=f"model{i % 3}",
-                  request={"prompt": "x" * rng.randint(40, 400)}, value={"p": [rng.random() for _ in range(rng.randint(3, 40))]})
+                  request={"prompt": "x" * rng.randint(40, 400)},
+                  value={"p": [rng.random() for _ in range(rng.randint(3, 40))]})
     store.close()
     return checkpointed(tmp_path / "calls.sqlite")
 

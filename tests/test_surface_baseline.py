@@ -24,7 +24,9 @@ from selfpref_sweep.measurements.surface_baseline.surface_cell import (
     surface_features,
 )
 
-VOCAB = ["the", "council", "said", "on", "monday", "that", "its", "plan", "for", "new", "homes", "would", "go", "ahead", "despite", "local", "protests", "and", "a", "legal", "challenge", "from", "residents", "who", "fear", "traffic", "noise", "and", "the", "loss", "of", "green", "space", "near", "the", "river"]
+VOCAB = ["the", "council", "said", "on", "monday", "that", "its", "plan", "for", "new", "homes", "would", "go", "ahead",
+         "despite", "local", "protests", "and", "a", "legal", "challenge", "from", "residents", "who", "fear",
+         "traffic", "noise", "and", "the", "loss", "of", "green", "space", "near", "the", "river"]
 
 
 def _sentence(rng: random.Random, n_words: int) -> str:

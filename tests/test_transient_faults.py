@@ -71,7 +71,8 @@ def scripted_model(strip, max_retries=3, max_concurrency=1):
 
 
 def requests(identity, n=6):
-    return [AnswerRequest(identity, (Message("user", f"Question {i}: 1 or 2?"),), JudgeDecoding(("1", "2"), top_logprobs=20))
+    return [AnswerRequest(identity, (Message("user", f"Question {i}: 1 or 2?"),),
+                          JudgeDecoding(("1", "2"), top_logprobs=20))
             for i in range(n)]
 
 
@@ -171,7 +172,8 @@ def test_a_failure_stored_by_an_older_version_is_recomputed(tmp_path):
     store = Store(tmp_path / "calls.sqlite")
     req = requests(identity, n=1)[0]
     store.put(req.cache_key(), kind="answer_distribution", model="flaky", request={},
-              value=AnswerDistribution({"1": 0.0, "2": 0.0}, method="unavailable", missing_reason="no_logprobs").to_json())
+              value=AnswerDistribution({"1": 0.0, "2": 0.0}, method="unavailable",
+                                       missing_reason="no_logprobs").to_json())
     model = CachedModel(identity, lambda: backend, store, show_progress=False)
     assert model.cached(req) is None
     result = model.answer_distributions([req])[req]
@@ -211,7 +213,8 @@ class StubServer:
                 messages = [{"role": m["role"], "content": m["content"]} for m in req["messages"]]
                 logprobs = None
                 if req.get("logprobs"):
-                    top = [{"token": t, "logprob": math.log(p), "bytes": None} for t, p in answer_probs(messages).items()]
+                    top = [{"token": t, "logprob": math.log(p), "bytes": None}
+                           for t, p in answer_probs(messages).items()]
                     logprobs = {"content": [{"token": "1", "logprob": top[0]["logprob"], "bytes": None,
                                              "top_logprobs": top}]}
                     text = "1"
@@ -284,13 +287,15 @@ def test_a_rerun_after_the_faults_stop_repairs_recorded_failures(stub_server, tm
                 "evaluator.retry_backoff_s=0.01", "dataset.n_articles=4"]
 
     def items(run_dir):
-        return [{k: v for k, v in json.loads(line).items()} for line in (run_dir / "results.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in json.loads(line).items()}
+                for line in (run_dir / "results.jsonl").read_text().splitlines()]
 
     clean = run_cell(resolve_cell(compose_cfg(overrides(stub_server.root_url), store=tmp_path / "clean.sqlite")),
                      tmp_path / "clean")
     assert clean["n_excluded"] == 0
     with FaultProxy(stub_server.root_url, faults=FOUR_FAULTS, fault_rate=0.3, seed=84, delay_s=1.0) as proxy:
-        run_cell(resolve_cell(compose_cfg(overrides(proxy.base_url), store=tmp_path / "faulty.sqlite")), tmp_path / "faulty")
+        run_cell(resolve_cell(compose_cfg(overrides(proxy.base_url), store=tmp_path / "faulty.sqlite")),
+                 tmp_path / "faulty")
         assert all(proxy.counts[f] for f in FOUR_FAULTS), proxy.counts
         assert items(tmp_path / "faulty") == items(tmp_path / "clean")
 

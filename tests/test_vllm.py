@@ -123,7 +123,8 @@ def test_the_vllm_preset_runs_a_whole_cell_against_vllms_server(vllm_server, tmp
     """Summaries, judging from top logprobs, familiarity from the echoed prompt logprobs, the competence
     control and the placebo question, all through vLLM's own server."""
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "run.py", "evaluator=vllm", "evaluator.model=qwen05", f"evaluator.base_url={vllm_server.url}",
+    cmd = [sys.executable, "run.py", "evaluator=vllm", "evaluator.model=qwen05",
+           f"evaluator.base_url={vllm_server.url}",
            f"evaluator.chat_template={vllm_server.model_dir / 'chat_template.jinja'}", *CELL,
            f"store.path={tmp_path / 'calls.sqlite'}", f"hydra.run.dir={tmp_path / 'cell'}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
@@ -138,7 +139,8 @@ def run_vllm_cell(store: Path, run_dir: Path) -> subprocess.CompletedProcess:
     with the HF backend does not hang on which bf16 kernels a CPU kind has: in bf16 the two differed by up to
     0.021 here, docs/vllm.md) and eager (compiling takes minutes on 2 cores)."""
     env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE}
-    cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm", "evaluator.vllm_enforce_eager=true",
+    cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm",
+           "evaluator.vllm_enforce_eager=true",
            *FLOAT32, *CELL, f"store.path={store}", f"hydra.run.dir={run_dir}"]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
 

@@ -16,7 +16,8 @@ from selfpref_sweep.tracking import CellTracker, summary_metrics  # noqa: E402
 
 CELLS = [{"evaluator": e, "source": s, "dataset": "paper_xsum", "setting": "pairwise", "label": "none",
           "finetune_task": t, "finetune_dataset": None, "finetune_n_articles": n, "transfer": "none"}
-         for e in ("qwen05", "smollm135") for s in ("human", "paper_gpt4") for t, n in (("none", None), ("recognition", 2))]
+         for e in ("qwen05", "smollm135") for s in ("human", "paper_gpt4")
+         for t, n in (("none", None), ("recognition", 2))]
 
 
 def spec(entity=None):

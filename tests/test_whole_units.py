@@ -148,7 +148,8 @@ def keyed_sweeps(root: Path) -> list[Path]:
     fam = root / "fam"
     for job, (variant, source) in enumerate([("m1", "s1"), ("m2", "s1"), ("m3", "s2")]):
         write_familiarity_cell(fam, job, variant, source,
-                               [(f"a{i}", 0.5 + 0.04 * i + 0.02 * job, 0.6 - 0.01 * i, 0.1 * (i - 4)) for i in range(9)])
+                               [(f"a{i}", 0.5 + 0.04 * i + 0.02 * job, 0.6 - 0.01 * i, 0.1 * (i - 4))
+                                for i in range(9)])
     return [sweep, fam]
 
 

@@ -1,8 +1,8 @@
 """Stage 1, articles: which articles a cell can judge.
 
 Empty articles are excluded, and ones longer than the models' context, or than `articles.max_tokens`
-(so a huge article costs bounded time), are cut to fit or refused (`articles.too_long`). The fine-tuning examples go through the same stage, so their prompts are the
-ones the evaluation builds.
+(so a huge article costs bounded time), are cut to fit or refused (`articles.too_long`). The fine-tuning examples go
+through the same stage, so their prompts are the ones the evaluation builds.
 """
 
 from __future__ import annotations

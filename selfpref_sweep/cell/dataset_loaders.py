@@ -163,7 +163,8 @@ def load_hf(cfg: DictConfig) -> Dataset:
         rows = datasets.load_dataset(cfg.hf_path, getattr(cfg, "hf_name", None), split=cfg.split)
     except Exception as exc:  # hub unreachable, bad path or split: say which and how to fix it
         raise DataError(
-            f"Could not load Hugging Face dataset {cfg.hf_path!r} (name={getattr(cfg, 'hf_name', None)}, split={cfg.split}): "
+            f"Could not load Hugging Face dataset {cfg.hf_path!r} "
+            f"(name={getattr(cfg, 'hf_name', None)}, split={cfg.split}): "
             f"{type(exc).__name__}: {exc}. Offline, point dataset.hf_path at a local copy."
         ) from exc
     missing = [f for f in (cfg.id_field, cfg.text_field, cfg.summary_field) if f not in rows.column_names]

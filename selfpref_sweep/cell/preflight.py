@@ -136,7 +136,8 @@ def finetune_cost(plans: Sequence[dict[str, Any]]) -> float | None:
 def _paid_finetunes(plans: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The grid's OpenAI fine-tunes still to train, by fingerprint (cells sharing one pay for it once)."""
     return {p["finetune"]["fingerprint"]: p["finetune"] for p in plans
-            if p.get("finetune") and p["finetune"].get("trainer") == "openai" and p["finetune"].get("status") != "ready"}
+            if p.get("finetune") and p["finetune"].get("trainer") == "openai"
+            and p["finetune"].get("status") != "ready"}
 
 
 def _n(k: int, noun: str) -> str:

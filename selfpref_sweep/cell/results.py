@@ -137,7 +137,8 @@ def format_result(summary: dict[str, Any], where: str, verbose: bool = False) ->
     the log-odds score and the smallest effect the cell could have detected, and every measurement's line (by
     default only the judge-competence control's, and the names of the others)."""
     c = summary["cell"]
-    lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} ({c['setting']}) =="]
+    lines = ["", f"== {c['evaluator']} judging its own summaries vs {c['source']} on {c['dataset']} "
+                 f"({c['setting']}) =="]
     for q in QUESTIONS:
         if q in summary:
             lines += _question_lines(q, summary[q], summary["position_consistency"].get(q), verbose)

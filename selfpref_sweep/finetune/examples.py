@@ -3,10 +3,10 @@
 Each pair is (the evaluator's own summary, one other source's summary) for one article. The own
 summaries are the *base* evaluator's, made by the cell's own stages (articles.select_articles,
 summaries.generate_summaries, pairs.make_pairs, judging.order_messages) through the same call store,
-so a fine-tuned model learns on exactly the texts and prompts it is later evaluated with. Others: for the paper's datasets every imported source except the evaluator's own
-key (human, gpt4, gpt35, claude, llama: the paper's 8N examples came from 4 others), elsewhere the
-reference (human) summary. Both orders of every pair are used; the prompt is the pairwise prompt the
-evaluation uses (`prompts.pairwise[question]`), and the answer is the assistant turn.
+so a fine-tuned model learns on exactly the texts and prompts it is later evaluated with. Others: for the paper's
+datasets every imported source except the evaluator's own key (human, gpt4, gpt35, claude, llama: the paper's 8N
+examples came from 4 others), elsewhere the reference (human) summary. Both orders of every pair are used; the prompt is
+the pairwise prompt the evaluation uses (`prompts.pairwise[question]`), and the answer is the assistant turn.
 
 Labels per task (see labels.py): recognition = the own summary's position; always_1 = "1"; random =
 seeded and balanced; length / vowel / readability = the summary that scores higher, ties dropped and

@@ -96,7 +96,8 @@ class PaperFile:
 
 _PATTERNS = (
     (PAIRWISE, "none", re.compile(r"^results/(xsum|cnn)/(.+)_results\.json$")),
-    (RECOGNITION, "none", re.compile(r"^individual_setting_results/recognition_results/(xsum|cnn)/(.+)_results\.json$")),
+    (RECOGNITION, "none",
+     re.compile(r"^individual_setting_results/recognition_results/(xsum|cnn)/(.+)_results\.json$")),
     (SCORE, "none", re.compile(r"^individual_setting_results/score_results/(xsum|cnn)/(.+)_results\.json$")),
     *((LABEL, lab, re.compile(rf"^label_results/{lab}_label_results/(xsum|cnn)/(.+)_results\.json$"))
       for lab in LABEL_CONDITIONS),

@@ -52,7 +52,8 @@ MEASUREMENTS: dict[str, str] = {
     "competence": "selfpref_sweep.measurements.competence.competence_cell:CompetenceMeasurement",
     "familiarity": "selfpref_sweep.measurements.familiarity.familiarity_cell:FamiliarityMeasurement",
     "placebo": "selfpref_sweep.measurements.placebo.placebo_cell:PlaceboMeasurement",
-    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier.classifier_cell:RecognitionClassifierMeasurement",
+    "recognition_classifier":
+        "selfpref_sweep.measurements.recognition_classifier.classifier_cell:RecognitionClassifierMeasurement",
     "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_cell:SurfaceBaselineMeasurement",
 }
 ENV_VAR = "SELFPREF_MEASUREMENTS"
@@ -64,7 +65,8 @@ ENV_VAR = "SELFPREF_MEASUREMENTS"
 # the open block judge.measurements.<name>, so the schema does not change with what is installed.
 MEASUREMENT_SETTINGS: dict[str, str] = {
     "surface_baseline": "selfpref_sweep.measurements.surface_baseline.surface_settings:SurfaceSettings",
-    "recognition_classifier": "selfpref_sweep.measurements.recognition_classifier.classifier_settings:ClassifierSettings",
+    "recognition_classifier":
+        "selfpref_sweep.measurements.recognition_classifier.classifier_settings:ClassifierSettings",
     "placebo": "selfpref_sweep.measurements.placebo.placebo_settings:PlaceboSettings",
     "familiarity": "selfpref_sweep.measurements.familiarity.familiarity_settings:FamiliaritySettings",
     "competence": "selfpref_sweep.measurements.competence.competence_settings:CompetenceSettings",

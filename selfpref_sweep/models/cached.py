@@ -119,7 +119,8 @@ class CachedModel:
         """The stored result of a request, without calling the model (plan mode)."""
         return stored_result(self.store, request)
 
-    def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate") -> dict[GenerateRequest, Generation]:
+    def generate(self, requests: Sequence[GenerateRequest], desc: str = "generate"
+                 ) -> dict[GenerateRequest, Generation]:
         return self._run(requests, "generate", lambda r: self.backend.generate(r), desc)
 
     def answer_distributions(self, requests: Sequence[AnswerRequest], desc: str = "judge"

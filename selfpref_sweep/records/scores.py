@@ -52,8 +52,8 @@ def score_order(dist: Distribution, own_position: int, answers: Sequence[str] = 
     mass = p[0] + p[1]
     p_own = p[own_position - 1] / mass if mass > 0 else None
     chosen = None if p[0] == p[1] else (1 if p[0] > p[1] else 2)
-    return OrderReading(dict(zip(answers, p, strict=True)), mass, p_own, own_position, chosen, dist.method, dist.missing_reason,
-                      [a for a in answers if a in dist.bounded])
+    return OrderReading(dict(zip(answers, p, strict=True)), mass, p_own, own_position, chosen, dist.method,
+                        dist.missing_reason, [a for a in answers if a in dist.bounded])
 
 
 def logit(p: float) -> float:
@@ -161,8 +161,8 @@ def competence_passed(stats: Mapping[str, Any], threshold: float, max_excluded: 
     return (None, []) if mean is None or low is None else (True, [])
 
 
-def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: Any, threshold: float, max_excluded: float,
-                     confidence: float) -> dict[str, Any]:
+def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: Any, threshold: float,
+                     max_excluded: float, confidence: float) -> dict[str, Any]:
     """summary.json's judge_competence from the control's verdicts (rows: {"article_id", QUESTION: verdict}):
     both scales' means with their article-level CIs (the paper's as mean/ci_low/ci_high, the log-odds under
     `logodds`), the excluded share, the pass rule's settings, `passed` and, when it failed, `failed_because`."""

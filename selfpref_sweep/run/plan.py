@@ -101,7 +101,8 @@ class PlanningModel:
         p, c = self.cfg.price_per_mtok_prompt, self.cfg.price_per_mtok_completion
         if p is None or c is None:
             return None  # no price known for this model
-        factor = float(getattr(self.cfg, "batch_price_factor", 0.5)) if self.batch else 1.0  # the Batch API: OpenAI bills half
+        # the Batch API: OpenAI bills half
+        factor = float(getattr(self.cfg, "batch_price_factor", 0.5)) if self.batch else 1.0
         return (self.prompt_tokens * p + self.completion_tokens * c) / 1e6 * factor
 
     @property

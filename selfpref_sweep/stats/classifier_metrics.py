@@ -2,8 +2,8 @@
 AUROC (or why there is none), and calibration (the expected calibration error with its reliability bins).
 
 Shared by the measurements that read authorship as a classification: the judge's recognition answers
-(measurements/recognition_classifier) and the surface-feature baseline (measurements/surface_baseline). Every function returns a
-JSON-ready dict, so summary.json holds exactly what is computed here.
+(measurements/recognition_classifier) and the surface-feature baseline (measurements/surface_baseline). Every function
+returns a JSON-ready dict, so summary.json holds exactly what is computed here.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ the time). Two corrections, as Bell & McCaffrey (2002) and Imbens & Kolesár (20
 
 With many clusters behind every regressor (MANY_CLUSTERS: an imported sweep's ~1,000 articles), both corrections
 are small (a slope on 300 singleton clusters: CR2's SE 0.3% above CR1's, BM's 80 df against 299 widen the t
-quantile 1%; at 1,000 clusters of 4 both under 0.2%), while their per-cluster eigendecompositions cost O(Σ m_g³) (an item-level fit over
-the paper's 2,000 articles took minutes): there the sandwich is CR1 (the factor G/(G−1)·(N−1)/(N−K)) with G − 1
-degrees of freedom, the default of Stata and statsmodels. A regressor present in fewer clusters keeps CR2 and BM.
+quantile 1%; at 1,000 clusters of 4 both under 0.2%), while their per-cluster eigendecompositions cost O(Σ m_g³) (an
+item-level fit over the paper's 2,000 articles took minutes): there the sandwich is CR1 (the factor G/(G−1)·(N−1)/(N−K))
+with G − 1 degrees of freedom, the default of Stata and statsmodels. A regressor present in fewer clusters keeps CR2 and
+BM.
 
 Where even this cannot hold its size (too few clusters overall, or fewer than MIN_CLUSTERS_PER_ARM
 clusters on one side of a cluster-constant regressor), callers print no p-value or interval at all:

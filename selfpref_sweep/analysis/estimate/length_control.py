@@ -19,8 +19,8 @@ minus 0.5), on
 Both come with 95% t intervals clustered by article from stats/clustered.ClusteredOLS, the paper units'
 machinery (the CR2 sandwich and Bell–McCaffrey df; see there for a sweep with very many articles), back on the
 scale (+0.5 on the paper's). delta = controlled − raw; with one length slope b for the unit it is exactly
-−b × (the sources' mean of d_len), so its uncertainty is the length coefficient's. With fewer than stats.clustered.MIN_CLUSTERS articles there is no interval or p and no
-verdict: the row says so.
+−b × (the sources' mean of d_len), so its uncertainty is the length coefficient's. With fewer than
+stats.clustered.MIN_CLUSTERS articles there is no interval or p and no verdict: the row says so.
 
 "Style": the items frame holds the two summaries' word counts and no other surface feature of their texts (the
 surface-feature baseline records its prediction per item, not the features), so only length is controlled.
@@ -126,7 +126,8 @@ def _unit_row(key: tuple, all_sub: pd.DataFrame, sub: pd.DataFrame, scale: str, 
     usable = np.isfinite(scored["_d_len"].to_numpy(float))
     used = scored[usable]
     first = all_sub.iloc[0]
-    row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key, strict=True)), **{k: first.get(k) for k in _CARRIED}, "scale": scale,
+    row: dict[str, Any] = {**dict(zip(UNIT_KEYS, key, strict=True)), **{k: first.get(k) for k in _CARRIED},
+                           "scale": scale,
                            "n_items": int(len(used)), "n_articles": int(used["article_id"].nunique()),
                            "n_left_out": int((~usable).sum())}
     cells = all_sub.drop_duplicates("cell_id")

@@ -286,9 +286,10 @@ def dose_trend(items: pd.DataFrame, recognition_tasks: Sequence[str] = ("recogni
     Δ recognition and Δ preference on log10 N (training articles), with a t CI and p-value over articles: the
     slope is a linear combination of the arms' Δs, so each article contributes that combination of its
     contributions to the arms' Δs (they judged the same items, so their Δs are correlated, and an article's
-    contributions stay together). ``n_resamples`` and ``seed`` are unused (kept for callers). log N, not N: the doses are geometric (2, 10, 50), so each
-    weighs alike, where on N the largest would decide the slope alone; learning curves are about linear in
-    log N. The base model (N = 0) is not a point: its Δ is 0 by definition, and log 0 is undefined."""
+    contributions stay together). ``n_resamples`` and ``seed`` are unused (kept for callers). log N, not N: the doses
+    are geometric (2, 10, 50), so each weighs alike, where on N the largest would decide the slope alone; learning
+    curves are about linear in log N. The base model (N = 0) is not a point: its Δ is 0 by definition, and log 0 is
+    undefined."""
     if items.empty or not items["is_finetuned"].astype(bool).any():
         return []
     arms = [(row, frames) for row, frames in _pairs(items)

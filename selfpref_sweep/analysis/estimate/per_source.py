@@ -97,6 +97,7 @@ def per_source_frame(cells: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=FRAME_COLUMNS)
     by_cell = dict(tuple(items.groupby("cell_id", sort=False))) if not items.empty else {}
     empty = items.iloc[0:0] if not items.empty else pd.DataFrame(
-        columns=["article_id", *(f"{p}_{c}" for p in QUESTION_PREFIX.values() for c in ("excluded", "score", "logodds"))])
+        columns=["article_id",
+                 *(f"{p}_{c}" for p in QUESTION_PREFIX.values() for c in ("excluded", "score", "logodds"))])
     rows = [r for _, cell in cells.iterrows() for r in _cell_rows(cell, by_cell.get(cell["cell_id"], empty))]
     return _with_holm(pd.DataFrame(rows))[FRAME_COLUMNS]

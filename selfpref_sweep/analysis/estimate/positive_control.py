@@ -13,8 +13,9 @@ or own / (own + other) individually) becomes the score of the longer summary (s 
 the other is), the log-odds score its signed value (ℓ or −ℓ). Swapping own and other maps each score so, in
 both formats. Items whose two summaries have the same word count have no trained direction and are left out,
 and counted. Recognition is turned the same way (``drec_*``): a control that moved recognition toward the longer
-summary as much as preference taught the judge to pick the longer summary whatever it is asked. The Δs are then pooled per arm as every arm's are (arms.py: adapters pooled, training randomness in
-the interval where the arm has several; Holm across a family's arms).
+summary as much as preference taught the judge to pick the longer summary whatever it is asked. The Δs are then pooled
+per arm as every arm's are (arms.py: adapters pooled, training randomness in the interval where the arm has several;
+Holm across a family's arms).
 """
 
 from __future__ import annotations

@@ -353,7 +353,8 @@ def _log_wandb(result: AnalysisResult, dirs: Sequence[Path], wandb_cfg: Mapping[
         status = log_to_wandb(
             dirs[0], wandb_cfg, run_dir=out,
             tables={**R.wandb_tables(result), "fits_units": F.fits_frame(result.est.unit_fits),
-                    "fits_robustness": F.fits_frame(result.est.robustness_fits), "cells": C.cells_frame(result.data.cells)},
+                    "fits_robustness": F.fits_frame(result.est.robustness_fits),
+                    "cells": C.cells_frame(result.data.cells)},
             plots=result.plots,
             summary=_wandb_summary(result),
             config={"sweep_dirs": [str(d) for d in dirs], "out_dir": str(out),

@@ -56,7 +56,8 @@ def position_consistency_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Share of items whose answer is the same in both presentation orders, per cell."""
     cols = ["cell_id", *_ROW_KEYS, "source", "pc_recognition", "pc_preference"]
     if cells.empty:
-        return pd.DataFrame(columns=["cell", "dataset", "setting", "label", "evaluator", "source", "recognition", "preference"])
+        return pd.DataFrame(columns=["cell", "dataset", "setting", "label", "evaluator", "source", "recognition",
+                                     "preference"])
     df = cells[cols].copy()
     df["pc_recognition"] = df["pc_recognition"].map(fmt)
     df["pc_preference"] = df["pc_preference"].map(fmt)
@@ -144,7 +145,8 @@ def cells_frame(cells: pd.DataFrame) -> pd.DataFrame:
     if cells.empty:
         return cells
     df = cells.copy()
-    df["exclusions"] = df["exclusions"].map(lambda d: "; ".join(f"{k}={fmt_int(v)}" for k, v in sorted((d or {}).items())))
+    df["exclusions"] = df["exclusions"].map(
+        lambda d: "; ".join(f"{k}={fmt_int(v)}" for k, v in sorted((d or {}).items())))
     if "finetune_hyperparameters" in df:
         df["finetune_hyperparameters"] = df["finetune_hyperparameters"].map(
             lambda d: "; ".join(f"{k}={v}" for k, v in sorted((d or {}).items())))

@@ -59,7 +59,8 @@ def regression_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.
                 "r 95% CI": fmt_ci(f.r_ci_low, f.r_ci_high, why=f.no_interval if f.n_clusters is None else ""),
                 "R²": fmt(f.r2),
                 "note": f.note,
-                CALIBRATION_COL: calibration_label("fit", f.level, f.method, pooled_over_datasets(f.group_by, groupings),
+                CALIBRATION_COL: calibration_label("fit", f.level, f.method,
+                                                   pooled_over_datasets(f.group_by, groupings),
                                                    replicated=replicated) if f.ok else "",
             }
         )
@@ -240,7 +241,8 @@ def trend_table(trends: Sequence[TrendResult]) -> pd.DataFrame:
             "slope per tenfold N [95% CI]", "p", "note"]
     return pd.DataFrame([dict(zip(cols, [
         t.setting, t.label, t.dataset, t.transfer, t.evaluator, SCALE_NAMES.get(t.scale, t.scale), t.question,
-        t.arms or DASH, est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note], strict=True)) for t in trends], columns=cols)
+        t.arms or DASH, est_ci(t.slope, t.ci_low, t.ci_high), fmt_p(t.p), t.note], strict=True)) for t in trends],
+        columns=cols)
 
 
 def trends_frame(trends: Sequence[TrendResult]) -> pd.DataFrame:
@@ -263,7 +265,8 @@ def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, t in trends.iterrows():
         corrected = "" if t["transfer"] != "all" else (
-            f"{fmt(t['corrected_slope'])} {fmt_ci(t['corrected_ci_low'], t['corrected_ci_high'], why=t['corrected_note'])}")
+            f"{fmt(t['corrected_slope'])} "
+            f"{fmt_ci(t['corrected_ci_low'], t['corrected_ci_high'], why=t['corrected_note'])}")
         reading = ("(the paper's statistic only)" if t["transfer"] != "all"
                    else _TREND_READINGS[paper_trend.direction(t["corrected_ci_low"], t["corrected_ci_high"])])
         rows.append([t["setting"], t["label"], t["evaluator"],

@@ -1,8 +1,8 @@
 """items.html: a static page (no server) with every judged item of a sweep, behind report.html's numbers.
 
 Per cell and item it shows the article, both summaries, P(own) in each presentation order, the answer mass,
-any exclusion and each measurement's record of it (the judge-competence control, ...) where the cell has one. It filters by cell and by
-exclusion and sorts by score. It reads only the sweep's own files: each cell's summary.json and
+any exclusion and each measurement's record of it (the judge-competence control, ...) where the cell has one. It filters
+by cell and by exclusion and sorts by score. It reads only the sweep's own files: each cell's summary.json and
 results.jsonl (article texts are stored once per dataset and article, not once per cell).
 """
 
@@ -221,7 +221,7 @@ function render() {
   });
 }
 setup();
-"""
+"""  # noqa: E501 - the page's JavaScript, written to items.html as it stands here
 
 
 def render_items_html(data: dict[str, Any], title: str = "Items behind the sweep report") -> str:

@@ -105,7 +105,8 @@ def render_html(title: str, meta: Sequence[str], sections: Sequence[Section], su
     for s in sections:
         h = min(max(s.level, 2), 6)
         if h == 2:  # a top-level section folds with its subsections
-            parts.append(("</details>" if folded else "") + f"<details><summary><h2>{html.escape(s.title)}</h2></summary>")
+            parts.append(("</details>" if folded else "")
+                         + f"<details><summary><h2>{html.escape(s.title)}</h2></summary>")
             folded = True
         else:
             parts.append(f"<h{h}>{html.escape(s.title)}</h{h}>")

@@ -50,7 +50,8 @@ def _what_was_run(cells: pd.DataFrame) -> str:
     formats = _imported(cells)
     head = (f"Imported judgements ({', '.join(formats)}: made elsewhere, no model was called here; each cell's "
             f"warnings name the defects of its data). " if formats else "")
-    return head + (f"{len(cells)} complete cell(s), {span} article(s) each. Judges: {_values(cells, 'evaluator_variant')}; "
+    return head + (f"{len(cells)} complete cell(s), {span} article(s) each. "
+            f"Judges: {_values(cells, 'evaluator_variant')}; "
             f"other sources: {_values(cells, 'source')}; datasets: {_values(cells, 'dataset')}; settings: "
             f"{_values(cells, 'setting')}; label conditions: {_values(cells, 'label')}.")
 
@@ -105,7 +106,8 @@ def _trend_readings(result: AnalysisResult) -> list[str]:
 
 
 def _count(cells: pd.DataFrame, prefix: str, side: str) -> int:
-    return int(sum(_side(lo, hi) == side for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"], strict=True)))
+    return int(sum(_side(lo, hi) == side
+                   for lo, hi in zip(cells[f"{prefix}_ci_low"], cells[f"{prefix}_ci_high"], strict=True)))
 
 
 def _corrected_slopes(result: AnalysisResult) -> list:
@@ -176,7 +178,8 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
         out.append("Training randomness enters the per-arm Δs only through the spread of each arm's few adapters "
                    "(seeds), a rough estimate; arms with one adapter do not cover it.")
     if _imported(cells):
-        out.append("Anything the imported data did not keep: where only a stored score survives (the paper's GPT rows), "
+        out.append("Anything the imported data did not keep: where only a stored score survives "
+                   "(the paper's GPT rows), "
                    "it cannot be renormalised and has no log-odds; rows the other tool dropped are counted as "
                    "exclusions, but why they were dropped may bias what is left.")
     out.append("Intervals are over this sweep's articles and cells; other articles, judges or prompts may differ.")

@@ -323,7 +323,8 @@ def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: f
 def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, confidence: float) -> None:
     forward = [hit(p, 0.5) for p in kept["rec_p_forward"].to_numpy(float)]
     backward = [hit(p, 0.5) for p in kept["rec_p_backward"].to_numpy(float)]
-    hits = {"all": [0.5 * (f + b) for f, b in zip(forward, backward, strict=True)], "forward": forward, "backward": backward}
+    hits = {"all": [0.5 * (f + b) for f, b in zip(forward, backward, strict=True)], "forward": forward,
+            "backward": backward}
     for order in _ORDERS if "rec_acc_forward" in t and math.isfinite(t["rec_acc_forward"]) else ("all",):
         ci = proportion(hits[order], confidence)
         truth_key = "rec_acc" if order == "all" else f"rec_acc_{order}"

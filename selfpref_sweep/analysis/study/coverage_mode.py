@@ -101,7 +101,8 @@ def coverage_truth(spec: SimulationSpec) -> Truth:
             for source in spec.sources:
                 one = replace(spec, sources=(source,), source_effects=(spec.source_effect(source),))
                 row = {**base, "source": source}
-                for q, signal, question in (("rec", v.recognition, "recognition"), ("pref", v.preference, "preference")):
+                for q, signal, question in (("rec", v.recognition, "recognition"),
+                                            ("pref", v.preference, "preference")):
                     row[f"{q}_logodds"] = signal + spec.source_effect(source)
                     row[f"{q}_paper"] = expected_paper_score(signal, one, question, v.position_bias)
                 rows.append({**row, **true_accuracy(row["rec_logodds"], v.position_bias, spec)})

@@ -7,8 +7,9 @@ noise), read through an additive position bias β that favours answer "1": P(own
 summary is first and σ(s − β) when it is second. The log-odds score recovers s; the paper's score
 ½·[σ(s + β) + σ(s − β)] squashes it toward 0.5. Each variant's preference signal is
 intercept + slope · its recognition signal (control_slope for control fine-tunes), so the slope is planted
-exactly on the log-odds scale (and item_slope plants a within-variant, item-level one); on the paper's scale the planted values are the expectations of the
-paper's score (Gauss-Hermite quadrature), and the planted slope is the OLS line through them.
+exactly on the log-odds scale (and item_slope plants a within-variant, item-level one); on the paper's scale the planted
+values are the expectations of the paper's score (Gauss-Hermite quadrature), and the planted slope is the OLS line
+through them.
 
 simulate.py writes the drawn items as a sweep and runs the analysis on it; coverage_mode.py draws many sweeps of a
 fixed design and scores the analysis against its truths.

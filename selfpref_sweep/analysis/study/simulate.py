@@ -56,8 +56,8 @@ COMPETENCE = "competence"  # the control's question (competence.QUESTION; the an
 
 def _competence_block(items: list[Item], spec: SimulationSpec) -> dict[str, Any]:
     """summary.json's judge_competence, by the cell's own block builder and pass rule
-    (records/scores.competence_block). Its verdicts are pairwise in either setting (as the simulated questions'), 2 calls
-    per article either way."""
+    (records/scores.competence_block). Its verdicts are pairwise in either setting (as the simulated questions'), 2
+    calls per article either way."""
     rows = [{"article_id": it.article_id, COMPETENCE: it.measured[COMPETENCE]} for it in items]
     block = competence_block(rows, COMPETENCE, spec.setting, spec.competence_threshold,
                              spec.competence_max_excluded, 0.95)
@@ -150,7 +150,8 @@ def headline_slope_p(items: pd.DataFrame, scale: str) -> float:
     """The headline fit's slope p-value (paper units, all datasets of the one setting × label)."""
     kept, _ = kept_items(items)
     means = unit_means(kept).reset_index()
-    fit = fit_formula(pd.DataFrame({"recognition": means[f"rec_{scale}_mean"], "preference": means[f"pref_{scale}_mean"]}),
+    fit = fit_formula(pd.DataFrame({"recognition": means[f"rec_{scale}_mean"],
+                                    "preference": means[f"pref_{scale}_mean"]}),
                       group_by=GROUPINGS[0][0], scale=scale)
     return fit.slope_p if fit.ok else math.nan
 
@@ -287,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--power-articles", default="5,10,20,40",
                    help="article counts of the power curve, comma-separated; empty: no power curve")
-    p.add_argument("--power-reps", type=int, default=50, help="simulated sweeps per article count (default %(default)s)")
+    p.add_argument("--power-reps", type=int, default=50,
+                   help="simulated sweeps per article count (default %(default)s)")
     _add_coverage_args(p)
     return p
 
@@ -328,7 +330,8 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
         include_base=not args.no_base, recognition_variants=args.recognition_variants,
         control_variants=args.control_variants, recognition_low=args.recognition_range[0],
         recognition_high=args.recognition_range[1], slope=args.slope, control_slope=args.control_slope,
-        intercept=args.intercept, item_slope=args.item_slope, position_bias=args.position_bias, noise=args.noise, article_sd=args.article_sd,
+        intercept=args.intercept, item_slope=args.item_slope, position_bias=args.position_bias, noise=args.noise,
+        article_sd=args.article_sd,
         exclusion_rate=args.exclusion_rate, competence=args.competence, failing_judges=args.failing_judges,
         n_resamples=args.bootstrap, seed=args.seed, adapters_per_arm=args.adapters_per_arm,
         adapter_sd=args.adapter_sd, variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd,

@@ -258,7 +258,8 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
         for q in QUESTIONS:
             p = QUESTION_PREFIX[q]
             score = _score(item.verdicts.get(q))
-            row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score, strict=True))
+            row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score,
+                           strict=True))
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
@@ -284,7 +285,8 @@ def cell_columns() -> tuple[str, ...]:
 
 
 # Cell attributes copied onto every item row, for grouping and clustering.
-_ITEM_CELL_COLS = ("cell_id", "evaluator_variant", "is_finetuned") + CELL_KEYS + ("own_summaries", "finetune_fingerprint")
+_ITEM_CELL_COLS = (("cell_id", "evaluator_variant", "is_finetuned") + CELL_KEYS
+                   + ("own_summaries", "finetune_fingerprint"))
 _ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
                          for k in ("score", "logodds", "excluded", "exclusion_reason"))
 

@@ -97,10 +97,9 @@ def log_to_wandb(
     os.environ.setdefault("WANDB_SILENT", "true")  # as the cells do: no banner in the sweep's output
     import wandb  # imported late: slow, and not needed when disabled
 
-    init_kwargs = dict(
-        mode=cfg["mode"], project=cfg["project"], entity=cfg["entity"], group=cfg["group"],
-        tags=list(cfg["tags"] or []), job_type="analysis", dir=str(run_dir or sweep_dir), name="analysis", config={**config, "wandb_group": cfg["group"]},
-    )
+    init_kwargs = dict(mode=cfg["mode"], project=cfg["project"], entity=cfg["entity"], group=cfg["group"],
+                       tags=list(cfg["tags"] or []), job_type="analysis", dir=str(run_dir or sweep_dir),
+                       name="analysis", config={**config, "wandb_group": cfg["group"]})
     try:
         # create_new: leave any run the caller still has open alone (wandb >= 0.19).
         run = wandb.init(**init_kwargs, reinit="create_new")

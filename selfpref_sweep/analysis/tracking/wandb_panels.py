@@ -208,7 +208,8 @@ def publish_main(argv: Sequence[str] | None = None) -> int:
         if args.project:
             spec["project"] = args.project
         if args.dry_run:
-            for kind, obj in (("workspace", build_workspace(spec, args.entity)), ("report", build_report(spec, args.entity))):
+            for kind, obj in (("workspace", build_workspace(spec, args.entity)),
+                              ("report", build_report(spec, args.entity))):
                 print(f"{kind}: {describe(obj)}")
             return 0
         workspace_url, report_url = save_online(spec, args.entity)

@@ -221,7 +221,8 @@ def likelihood_cells_table(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{
         "evaluator variant": c.evaluator_variant, "source": c.source, "dataset": c.dataset, "setting": c.setting,
         "label": c.label, "verbal recognition": fmt(c.rec_mean),
-        "verbal 95% CI": fmt_ci(c.rec_ci_low, c.rec_ci_high, why=FLAT_ARTICLES), "likelihood recognizer": fmt(c.fam_lr_mean),
+        "verbal 95% CI": fmt_ci(c.rec_ci_low, c.rec_ci_high, why=FLAT_ARTICLES),
+        "likelihood recognizer": fmt(c.fam_lr_mean),
         "recognizer 95% CI (Wilson)": fmt_proportion(c.fam_lr_mean * c.fam_n, c.fam_n),
         "own − other log-lik/token": fmt(c.fam_diff_mean),
         "difference 95% CI": fmt_ci(c.fam_diff_ci_low, c.fam_diff_ci_high, why=FLAT_ARTICLES),

@@ -175,7 +175,8 @@ def score_placebo(stage: Stage, dists: Mapping, min_mass: float) -> dict[str, di
     state: PlaceboState = stage.state
     truth = TRUTHS[state.question]
     out: dict[str, dict] = {}
-    for item, scored in zip(stage.answer_items, score_items(stage.answer_items, dists, state.asked, min_mass), strict=True):
+    scored_items = score_items(stage.answer_items, dists, state.asked, min_mass)
+    for item, scored in zip(stage.answer_items, scored_items, strict=True):
         verdict = scored[state.question]
         which, own_value, other_value = state.truths[item.article_id]
         out[item.article_id] = {**verdict, "question": state.question, "feature": truth.feature,

@@ -256,7 +256,8 @@ def sensitivity_text(result: Any) -> str:
     missing = cells[cells["reading"].str.startswith(NO_PLACEBO)]
     measured = len(cells) - len(missing)
     if not measured:
-        outcome = "No cell measured the placebo question, so this sweep cannot tell whether its judges read the question."
+        outcome = ("No cell measured the placebo question, so this sweep cannot tell whether its judges read the "
+                   "question.")
     else:
         counts = [(word.split(":")[0], cells[cells["reading"] == word]["group"].tolist())
                   for word in (APART, ALIKE, UNDETERMINED, NO_LINK)]

@@ -71,7 +71,8 @@ class AnswerReading:
     def _chunk_tails(self, prompts: list[list[int]]) -> Iterator[tuple[list[int], object, object]]:
         """`_trie_tails` by fixed chunks (`_invariant_runs`): each prompt's tail on its chunk-boundary cache."""
         for rows, out, cache in self._invariant_runs(prompts, [[] for _ in prompts]):
-            yield rows, out.last_hidden_state[list(range(len(rows))), [self._tail_last(prompts[i]) for i in rows]], cache
+            last = out.last_hidden_state[list(range(len(rows))), [self._tail_last(prompts[i]) for i in rows]]
+            yield rows, last, cache
 
     def _read_in_blocks(self, runs, prompts: list[list[int]], requests: Sequence[AnswerRequest]
                         ) -> Iterator[tuple[AnswerRequest, AnswerDistribution]]:
@@ -167,7 +168,8 @@ class AnswerReading:
         dists, picks = [], []
         for row, (probs, req) in enumerate(zip(batch_probs, requests, strict=True)):
             top = probs.topk(5)
-            top_tokens = [(self._token_text(i), round(float(p), 6)) for p, i in zip(top.values, top.indices.tolist(), strict=True)]
+            top_tokens = [(self._token_text(i), round(float(p), 6))
+                          for p, i in zip(top.values, top.indices.tolist(), strict=True)]
             dists.append(AnswerDistribution(probs=self._answer_probs(probs, req.answers), method=FULL_METHOD,
                                             top_tokens=top_tokens, prompt_tokens=lengths[row]))
             ws = self._whitespace_ids

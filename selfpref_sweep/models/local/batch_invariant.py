@@ -91,7 +91,8 @@ class BatchInvariant:
         for w in range(0, len(order), window):
             yield from self._invariant_window(prompts, extras, bounds, order[w:w + window])
 
-    def _invariant_window(self, prompts, extras, bounds, window: list[int]) -> Iterator[tuple[list[int], object, object]]:
+    def _invariant_window(self, prompts, extras, bounds, window: list[int]
+                          ) -> Iterator[tuple[list[int], object, object]]:
         """`_invariant_runs` for some prompts, depth by depth: the tails that start at this depth, then the
         next chunk of every prompt that goes deeper (from the prefix LRU where it holds it)."""
         key = (lambda i, n: tuple(prompts[i][:n])) if self.prefix_reuse else (lambda i, n: (i,) + tuple(prompts[i][:n]))
@@ -109,7 +110,8 @@ class BatchInvariant:
                     yield rows, out, _returned_cache(out)
             level = self._next_level(prompts, [i for i in window if bounds[i] > depth], depth, level, key)
 
-    def _next_level(self, prompts, deeper: list[int], depth: int, level: dict[tuple, object], key) -> dict[tuple, object]:
+    def _next_level(self, prompts, deeper: list[int], depth: int, level: dict[tuple, object], key
+                    ) -> dict[tuple, object]:
         """The caches one chunk deeper of the given prompts: each distinct one from the LRU or computed, the
         computed ones a few batches of rows (every row one chunk on a cache of `depth` tokens)."""
         nxt: dict[tuple, object] = {}

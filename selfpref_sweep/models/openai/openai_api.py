@@ -15,9 +15,9 @@ without logprobs that came before the server had shown any is asked again once t
 Requests run `max_concurrency` at a time and are yielded as each completes, so the caller caches
 every finished call at once. Transient failures (429, 5xx, timeouts, dropped connections) are
 retried by one policy (`retry.py`, shared with the fine-tuning trainer: tenacity's exponential
-backoff with jitter, honouring Retry-After); the openai client's own retries are off. Permanent failures (bad key, unknown model, bad request) and
-an outage that outlasts the retries raise ModelUnavailableError; pending work is cancelled, and
-whatever finished before that has already been yielded, so a re-run resumes from the cache.
+backoff with jitter, honouring Retry-After); the openai client's own retries are off. Permanent failures (bad key,
+unknown model, bad request) and an outage that outlasts the retries raise ModelUnavailableError; pending work is
+cancelled, and whatever finished before that has already been yielded, so a re-run resumes from the cache.
 
 A model that refuses the `logprobs` parameter (HTTP 400 naming it, as reasoning models answer) is asked
 once: while the server has not yet shown logprobs, a batch's first judging request goes alone. The refusal

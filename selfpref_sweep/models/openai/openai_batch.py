@@ -173,7 +173,8 @@ def _line_result(model, kind: str, req, line: dict[str, Any]) -> tuple[object | 
         return None, f"HTTP {status}: {message}"
     try:
         resp = parse_completion(body)
-        result = generation_from(model.identity.label, req, resp) if kind == "generate" else distribution_from(model, req, resp)
+        result = (generation_from(model.identity.label, req, resp) if kind == "generate"
+                  else distribution_from(model, req, resp))
     except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
         return None, f"unreadable response ({type(exc).__name__})"
     if result is None:
