@@ -25,8 +25,8 @@ replicated, σ's otherwise.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import numpy as np
 import pandas as pd
@@ -49,7 +49,7 @@ class AdapterPoints:
     adapter: np.ndarray
     arm: np.ndarray
 
-    def columns(self, cols: np.ndarray) -> "AdapterPoints":
+    def columns(self, cols: np.ndarray) -> AdapterPoints:
         return AdapterPoints(self.x[:, cols], self.y[:, cols], self.row, self.group, self.adapter, self.arm)
 
 
@@ -61,15 +61,15 @@ class Membership:
 
     arm: np.ndarray
     adapters: np.ndarray
-    within: Optional[AdapterPoints] = None
+    within: AdapterPoints | None = None
 
-    def columns(self, cols: np.ndarray) -> "Membership":
+    def columns(self, cols: np.ndarray) -> Membership:
         """The same, the adapters' points restricted to the draws ``cols`` (as the fit's)."""
         return Membership(self.arm, self.adapters, self.within.columns(cols) if self.within is not None else None)
 
     @classmethod
     def of_points(cls, adapter: np.ndarray, arm: np.ndarray, trained: np.ndarray,
-                  arm_points: Optional[np.ndarray], x: np.ndarray, y: np.ndarray) -> "Membership":
+                  arm_points: np.ndarray | None, x: np.ndarray, y: np.ndarray) -> Membership:
         """A fit on every adapter's own points (``arm_points``: each point's arm point, None where no arm is
         replicated)."""
         arm = np.where(trained, arm.astype(str), "")
@@ -84,7 +84,7 @@ class Membership:
 
     @classmethod
     def of_arm_means(cls, pool: np.ndarray, arm: np.ndarray, codes: np.ndarray, adapter: np.ndarray,
-                     x: np.ndarray, y: np.ndarray) -> "Membership":
+                     x: np.ndarray, y: np.ndarray) -> Membership:
         """A fit on arm means: ``pool`` (arm points × adapter points, rows summing to 1) averaged the adapters'
         points x, y; ``codes`` each adapter point's arm point, ``arm`` each arm point's arm."""
         names = pd.unique(adapter.astype(str))
@@ -123,7 +123,7 @@ def _coefficient_map(solve: Solve, x0: np.ndarray) -> np.ndarray:
 
 
 def _within_arm_spread(within: AdapterPoints, F: np.ndarray, a: np.ndarray, coefs: np.ndarray
-                       ) -> Optional[tuple[float, float, float]]:
+                       ) -> tuple[float, float, float] | None:
     """(S, N, d): the adapters' spread about their arm's mean, preference off the fitted line averaged over each
     adapter's points (column 0 the sample, the others the draws, ``coefs`` their coefficients: columns × p);
     what the articles put into it; and its df Σ(k_a − 1). None without an arm of two adapters."""
