@@ -61,8 +61,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -302,6 +303,15 @@ def _interval(est: float, draws: np.ndarray, df: float, v_train: float = 0.0, df
     return two_part_t(est, float(np.var(draws, ddof=1)), df, float(v_train), float(df_train), 1 - ALPHA)
 
 
+def _training(coefs: Callable[..., tuple[np.ndarray, np.ndarray]], x: np.ndarray, y: np.ndarray, F: np.ndarray,
+              a: np.ndarray, est: np.ndarray, beta: np.ndarray, members: TV.Membership, n_fixed: int, why: str
+              ) -> TV.TrainingVariance:
+    """One method's training term (training_variance.py), or none where the row has no interval (``why``)."""
+    if why:
+        return TV.none(F.shape[1], int(members.adapters.any(axis=0).sum()))
+    return TV.training_variance(lambda xs, ys: coefs(xs, ys)[0], x, y, F, a, est, beta, members, n_fixed)
+
+
 def _no_interval(n_draws: int, df: float, reliability: float | None, ok: np.ndarray) -> str:
     """Why a method's row has no interval ("" when it has one); ``reliability`` None for plain OLS, which
     needs no correction."""
@@ -368,10 +378,8 @@ def _fit_group(x: np.ndarray, y: np.ndarray, datasets: np.ndarray, kind: np.ndar
                              "recognition too noisy to correct", reliability=rel)
             continue
         cols = np.r_[0, 1 + np.flatnonzero(good)[ok]]  # the sample, then the draws that solved
-        train = (TV.none(p, int(members.adapters.any(axis=0).sum())) if why else
-                 TV.training_variance(lambda xs, ys, corrected=corrected: coefs(xs, ys, corrected)[0], x[:, cols],
-                                      y[:, cols], F, a, est[0], beta[ok], members.columns(cols),
-                                      p - (len(set(datasets)) - 1)))
+        train = _training(partial(coefs, corrected=corrected), x[:, cols], y[:, cols], F, a, est[0], beta[ok],
+                          members.columns(cols), p - (len(set(datasets)) - 1), why)
         for w in whats:
             e = float(est[0, col[w]])
             fields = {} if why else _interval(e, beta[ok, col[w]], df, train.v[col[w]], train.df[col[w]])
