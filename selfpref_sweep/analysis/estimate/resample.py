@@ -308,7 +308,7 @@ def _training(coefs: Callable[..., tuple[np.ndarray, np.ndarray]], x: np.ndarray
               ) -> TV.TrainingVariance:
     """One method's training term (training_variance.py), or none where the row has no interval (``why``)."""
     if why:
-        return TV.none(F.shape[1], int(members.adapters.any(axis=0).sum()))
+        return TV.none(F.shape[1], members.n_adapters)
     return TV.training_variance(lambda xs, ys: coefs(xs, ys)[0], x, y, F, a, est, beta, members, n_fixed)
 
 

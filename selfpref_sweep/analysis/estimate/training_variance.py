@@ -63,6 +63,11 @@ class Membership:
     adapters: np.ndarray
     within: AdapterPoints | None = None
 
+    @property
+    def n_adapters(self) -> int:
+        """The trained adapters among the fit's points."""
+        return int(np.count_nonzero(self.adapters.any(axis=0)))
+
     def columns(self, cols: np.ndarray) -> Membership:
         """The same, the adapters' points restricted to the draws ``cols`` (as the fit's)."""
         return Membership(self.arm, self.adapters, self.within.columns(cols) if self.within is not None else None)
@@ -148,7 +153,7 @@ def training_variance(solve: Solve, x: np.ndarray, y: np.ndarray, F: np.ndarray,
     p = F.shape[1]
     trained = members.arm != ""
     arm_names = pd.unique(members.arm[trained])
-    n_adapters = int(np.count_nonzero(members.adapters.any(axis=0)))
+    n_adapters = members.n_adapters
     A = _coefficient_map(solve, x[:, 0])
     if not np.isfinite(A).all() or beta.shape[0] < 2 or not trained.any():
         return none(p, n_adapters)
@@ -162,8 +167,8 @@ def training_variance(solve: Solve, x: np.ndarray, y: np.ndarray, F: np.ndarray,
     within = (_within_arm_spread(members.within, F, a, np.vstack([est, beta]))
               if members.within is not None else None)
     rss = float(resid @ resid)
+    df_arm = float(len(arm_names) - n_fixed + (0 if trained.all() else 1))
     if within is None:  # one adapter per arm (or none replicated): σ² holds training randomness and departures
-        df_arm = float(len(arm_names) - n_fixed + (0 if trained.all() else 1))
         if df_arm < 1 or not c_ad > 0:
             return none(p, n_adapters)
         sigma2 = max(0.0, (rss - article_part) / c_ad)
@@ -172,7 +177,6 @@ def training_variance(solve: Solve, x: np.ndarray, y: np.ndarray, F: np.ndarray,
     spread, noise, d = within
     tau2_moment, tau2 = max(0.0, (spread - noise) / d), median_unbiased_tau2(spread, noise, d)
     v_tau = tau2 * np.sum((A @ D_ad) ** 2, axis=1)
-    df_arm = float(len(arm_names) - n_fixed + (0 if trained.all() else 1))
     v_arm, sigma2 = np.zeros(p), 0.0
     if df_arm >= 1 and c_arm > 0:
         sigma2 = max(0.0, (rss - article_part - tau2 * c_ad) / c_arm)
