@@ -15,7 +15,7 @@ import multiprocessing
 import sys
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -142,28 +142,40 @@ def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts
     (same design and seed) are reused and every new one is appended as it finishes, so an interrupted run
     resumes and a larger --reps adds to a smaller one. ``prior``: records already in hand, reused the same way."""
     done: dict[tuple, dict] = {(r["setting"], r["n_articles"], r["rep"]): r for r in prior if r["seed"] == seed}
-    if cache is not None and cache.is_file():
-        for line in cache.read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            if r["seed"] == seed and r["design"] == json.loads(json.dumps(asdict(design))):
-                done[(r["setting"], r["n_articles"], r["rep"])] = r
+    done.update({(r["setting"], r["n_articles"], r["rep"]): r for r in cached_records(cache, design, seed)})
     # Rep by rep across settings and article counts: a run stopped early leaves them all with as many reps.
     wanted = [(s, n, k) for k in range(reps) for s in settings for n in article_counts]
     tasks = [(design, s, n, k, seed) for s, n, k in wanted if (s, n, k) not in done]
+    for r in cached_runs(coverage_rep, tasks, workers, cache):
+        done[(r["setting"], r["n_articles"], r["rep"])] = r
+    return [done[k] for k in wanted]
+
+
+def cached_records(cache: Path | None, design: Any, seed: int) -> list[dict[str, Any]]:
+    """The records in a JSONL cache of finished reps that were drawn from ``design`` (a dataclass) with ``seed``."""
+    if cache is None or not cache.is_file():
+        return []
+    key = json.loads(json.dumps(asdict(design)))
+    records = (json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines())
+    return [r for r in records if r["seed"] == seed and r["design"] == key]
+
+
+def cached_runs(work: Callable[[Any], dict[str, Any]], tasks: Sequence[Any], workers: int, cache: Path | None
+                ) -> Iterator[dict[str, Any]]:
+    """Each task's record as it finishes (in ``workers`` forked processes when more than one), appended to the
+    JSONL ``cache`` at once: an interrupted run keeps every rep it finished."""
     with (cache.open("a", encoding="utf-8") if cache is not None else contextlib.nullcontext()) as sink:
         pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 and tasks else None
         try:
-            results = pool.imap_unordered(coverage_rep, tasks) if pool else map(coverage_rep, tasks)
-            for r in results:
-                done[(r["setting"], r["n_articles"], r["rep"])] = r
+            for r in (pool.imap_unordered(work, tasks) if pool else map(work, tasks)):
                 if sink is not None:
                     sink.write(json.dumps(r) + "\n")
                     sink.flush()
+                yield r
         finally:
             if pool:
                 pool.close()
                 pool.join()
-    return [done[k] for k in wanted]
 
 
 COVERAGE_NOT_SCORED = (
