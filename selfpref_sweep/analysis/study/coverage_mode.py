@@ -221,15 +221,20 @@ def coverage_main(args: argparse.Namespace, command: str) -> int:
     tables = coverage_table(records)
     records, tables = _until_decided(design, args, records, tables)
     text = markdown(tables, coverage_header(design, command, time.perf_counter() - start))
-    print(text)
-    if args.out_md is not None:
-        args.out_md.parent.mkdir(parents=True, exist_ok=True)
-        args.out_md.write_text(text, encoding="utf-8")
+    print_and_write(text, args.out_md)
     if args.out_json is not None:  # the figures as data: calibration.py labels the report's rows from them
         args.out_json.parent.mkdir(parents=True, exist_ok=True)
         payload = {**table_records(tables, command), "design": asdict(design)}
         args.out_json.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def print_and_write(text: str, path: Path | None) -> None:
+    """A study's Markdown: printed, and written to ``path`` too when one is given (--out-md)."""
+    print(text)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
 
 
 def _until_decided(design: CoverageDesign, args: argparse.Namespace, records: list[dict[str, Any]],

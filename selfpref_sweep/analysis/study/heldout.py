@@ -53,7 +53,7 @@ from ..estimate.resample import INTERACTION, reported
 from ..report.fit_tables import resampled_table
 from ..sweep.load import load_sweeps
 from .coverage import aggregate
-from .coverage_mode import cached_records, cached_runs
+from .coverage_mode import cached_records, cached_runs, print_and_write
 
 EVALUATOR = "heldout"
 MIN_ANSWER_MASS = 0.5
@@ -353,10 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = run_heldout(design, args.reps, args.seed, args.workers, args.cache)
     command = "python -m selfpref_sweep.analysis.study.heldout " + " ".join(sys.argv[1:] if argv is None else argv)
     text = markdown(figures(records), design, command, time.perf_counter() - start, args.reps)
-    print(text)
-    if args.out_md is not None:
-        args.out_md.parent.mkdir(parents=True, exist_ok=True)
-        args.out_md.write_text(text, encoding="utf-8")
+    print_and_write(text, args.out_md)
     return 0
 
 
