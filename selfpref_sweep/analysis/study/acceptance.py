@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ...reporting.grouping import LEVEL_UNIT
+from ..estimate.resample import REPORTED
 from .calibration import SCORED_BY, calibration_label, describe
 from .coverage import FAILS, HOLDS, TARGETS, UNDECIDED
 from .coverage_mode import print_and_write
@@ -97,6 +98,8 @@ def label_gaps(rows: Sequence[dict[str, Any]], replicated: bool) -> list[str]:
     (arm and adapter Δs, means, the dose trend) that do not hold."""
     out = []
     for (what, level, method, pooled), prefixes in SCORED_BY:
+        if what.startswith("resampled ") and method != REPORTED.get(what.split()[1]):
+            continue  # a resampled method the report does not print for this coefficient
         mine = [r for r in rows if r["key"].startswith(prefixes)]
         found = describe(mine, bool(pooled), TARGETS, "this design")
         if not found:
