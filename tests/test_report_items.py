@@ -186,3 +186,17 @@ def test_a_measurement_item_following_no_item_is_a_clear_error(monkeypatch) -> N
     monkeypatch.setattr(R, "measurement_reports", lambda: [(None, stray)])
     with pytest.raises(ValueError, match="'stray' is to follow 'no_such_item', but no report item has that name"):
         R.report_items()
+
+
+def test_the_judge_controls_table_opens_for_the_placebo_and_the_classifier_alike() -> None:
+    """By the measurement's registered name: a sweep that ran only the placebo shows the table too (its report
+    module's NAME names its item, "question_sensitivity", not the measurement)."""
+    from selfpref_sweep.analysis.report import judge_controls
+
+    def design(measured):
+        return Design(label_pairs=False, max_condition_units=3, finetuned=False, diffs=False, trends=False,
+                      logodds_cells=True, measured=frozenset(measured))
+
+    assert judge_controls.applies(design({"placebo"}))
+    assert judge_controls.applies(design({"recognition_classifier"}))
+    assert not judge_controls.applies(design({"competence", "familiarity"}))

@@ -19,7 +19,7 @@ import pandas as pd
 from ...reporting.controls import ControlReading
 from ...reporting.items import Design
 from ...reporting.method_texts import method_text
-from ..sweep.report_modules import control_modules
+from ..sweep.report_modules import control_modules, measurement_reports
 from .result import AnalysisResult
 
 NAME = "judge_controls"
@@ -77,6 +77,7 @@ def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def applies(design: Design) -> bool:
     """Some cell ran a control that opens the table (``OPENS_CONTROLS_TABLE``: the newer controls, the placebo and
-    the recognition classifier), by the name its report module gives (``NAME``)."""
-    return any(getattr(mod, "OPENS_CONTROLS_TABLE", False) and mod.NAME in design.measured
-               for mod in control_modules())
+    the recognition classifier), by its registered measurement name, which Design.measured holds (a report
+    module's ``NAME`` names its report item, and the placebo's differs)."""
+    return any(getattr(mod, "OPENS_CONTROLS_TABLE", False) and hasattr(mod, "control_texts")
+               and m.name in design.measured for m, mod in measurement_reports())
