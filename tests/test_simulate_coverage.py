@@ -255,3 +255,24 @@ def test_the_harder_design_plants_article_effects_an_arm_shares():
     plain = cm.CoverageDesign(adapters_per_arm=2).spec("pairwise", 10)
     same = design.draw_items(replace(plain, variant_article_sd=0.0), np.random.default_rng(0))
     assert same.equals(design.draw_items(plain, np.random.default_rng(0)))
+
+
+def test_each_adapter_s_own_rows_are_scored_against_its_own_truth():
+    """Replicated arms with training randomness: the deviations coverage_rep draws first are the ones draw_items
+    would draw (same stream), and the truth it scores an adapter's own rows by carries that adapter's deviation,
+    while the arms' population truth does not."""
+    spec = cm.CoverageDesign(adapters_per_arm=2, adapter_sd=0.4).spec("pairwise", 4)
+    plain = design.draw_items(spec, np.random.default_rng(5))
+    rng = np.random.default_rng(5)
+    deviations = design.draw_adapter_deviations(spec, rng)
+    assert plain.equals(design.draw_items(spec, rng, adapter_deviations=deviations))
+    name, shift = next(iter(deviations.items()))
+    population, own = cm.coverage_truth(spec), cm.coverage_truth(spec, deviations)
+    at = {t: frame.set_index(["dataset", "evaluator_variant"]) for t, frame in (("p", population.units),
+                                                                                ("o", own.units))}
+    row = (spec.datasets[0], name)
+    assert at["o"].loc[row, "pref_logodds_mean"] == pytest.approx(at["p"].loc[row, "pref_logodds_mean"] + shift)
+    assert at["o"].loc[row, "rec_logodds_mean"] == at["p"].loc[row, "rec_logodds_mean"]
+    base = population.units[population.units["finetune_task"] == "none"]["evaluator_variant"].iloc[0]
+    assert at["o"].loc[(spec.datasets[0], base), "pref_paper_mean"] == at["p"].loc[(spec.datasets[0], base),
+                                                                                     "pref_paper_mean"]

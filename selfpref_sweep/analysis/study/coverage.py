@@ -333,13 +333,16 @@ def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, c
 
 
 def rep_counts(res: Analysed, truth: Truth, true_fits: Mapping[str, Any],
-               items: pd.DataFrame | None = None) -> Counts:
-    """Every row's [hits, trials, no interval] in one simulated sweep (the per-cell rows need its ``items``)."""
+               items: pd.DataFrame | None = None, adapters: Truth | None = None) -> Counts:
+    """Every row's [hits, trials, no interval] in one simulated sweep (the per-cell rows need its ``items``).
+    ``adapters``: each adapter's own truth, for the rows that describe one adapter (cells, units, Δs); default
+    ``truth``, the arms' population values, which the arms' pooled rows and the fits aim at."""
     counts: Counts = {}
+    own = truth if adapters is None else adapters
     if items is not None:
-        cell_counts(items, truth, counts)
-    unit_counts(res, truth, counts)
-    diff_counts(res, truth, counts)
+        cell_counts(items, own, counts)
+    unit_counts(res, own, counts)
+    diff_counts(res, own, counts)
     arm_counts(res, truth, counts)
     fit_counts(res, true_fits, counts)
     test_counts(res, true_fits, counts)

@@ -15,7 +15,7 @@ import multiprocessing
 import sys
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,19 @@ import pandas as pd
 from scipy import stats
 
 from .coverage import Truth, analyse, coverage_table, markdown, rep_counts, table_records, true_fits, undecided
-from .design import CONTROL_ARMS, SimulationSpec, draw_items, expected_paper_score, variants
+from .design import (
+    CONTROL_ARMS,
+    SimulationSpec,
+    draw_adapter_deviations,
+    draw_items,
+    expected_paper_score,
+    variants,
+)
 
 COVERAGE_SETTINGS = ("pairwise", "individual")
+# How a rep's counts were scored; a cached rep counted another way is drawn again. 2: each adapter's own rows
+# against its own truth (its drawn training deviation), no longer its arm's population value.
+SCORING = 2
 
 
 @dataclass(frozen=True)
@@ -89,10 +99,13 @@ def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> 
             "rec_acc_backward": float(backward) if pairwise else math.nan}
 
 
-def coverage_truth(spec: SimulationSpec) -> Truth:
-    """The true cells, paper units and fine-tuned-vs-base Δs of a design, on both scales."""
+def coverage_truth(spec: SimulationSpec, adapter_deviations: Mapping[str, float] | None = None) -> Truth:
+    """The true cells, paper units and fine-tuned-vs-base Δs of a design, on both scales: the arms' population
+    values, or with ``adapter_deviations`` (variant name -> its preference deviation, as drawn) each adapter's
+    own, which its per-adapter rows (cells, units, Δs) describe."""
     rows = []
     for v in variants(spec):
+        v = replace(v, preference=v.preference + (adapter_deviations or {}).get(v.name(spec), 0.0))
         for dataset in spec.datasets:
             coords = v.coordinates(spec, "", dataset)
             base = {"setting": spec.setting, "label": spec.label, "dataset": dataset, "transfer": coords.transfer,
@@ -129,10 +142,15 @@ def coverage_rep(task: tuple[CoverageDesign, str, int, int, int]) -> dict[str, A
     design, setting, n_articles, rep, seed = task
     # One stream per (seed, setting, articles, rep): reps can be run in any order, chunks combined.
     rng = np.random.default_rng([seed, zlib.crc32(setting.encode()), n_articles, rep])
-    items = draw_items(design.spec(setting, n_articles), rng)
+    spec = design.spec(setting, n_articles)
+    deviations = draw_adapter_deviations(spec, rng)  # first from rng, as draw_items would draw them
+    items = draw_items(spec, rng, adapter_deviations=deviations)
     truth, fits = _truths(design, setting, n_articles)
-    return {"setting": setting, "n_articles": n_articles, "rep": rep, "seed": seed,
-            "design": asdict(design), "counts": rep_counts(analyse(items), truth, fits, items)}
+    # An adapter's own rows (its cells, units and Δs) describe that adapter: scored against its own truth. The
+    # arms' pooled rows and the fits aim at the arms' population values.
+    own = coverage_truth(spec, deviations) if deviations else truth
+    return {"setting": setting, "n_articles": n_articles, "rep": rep, "seed": seed, "scoring": SCORING,
+            "design": asdict(design), "counts": rep_counts(analyse(items), truth, fits, items, own)}
 
 
 def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts: Sequence[int], reps: int,
@@ -142,7 +160,8 @@ def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts
     (same design and seed) are reused and every new one is appended as it finishes, so an interrupted run
     resumes and a larger --reps adds to a smaller one. ``prior``: records already in hand, reused the same way."""
     done: dict[tuple, dict] = {(r["setting"], r["n_articles"], r["rep"]): r for r in prior if r["seed"] == seed}
-    done.update({(r["setting"], r["n_articles"], r["rep"]): r for r in cached_records(cache, design, seed)})
+    done.update({(r["setting"], r["n_articles"], r["rep"]): r
+                 for r in cached_records(cache, design, seed, scoring=SCORING)})
     # Rep by rep across settings and article counts: a run stopped early leaves them all with as many reps.
     wanted = [(s, n, k) for k in range(reps) for s in settings for n in article_counts]
     tasks = [(design, s, n, k, seed) for s, n, k in wanted if (s, n, k) not in done]
@@ -151,13 +170,15 @@ def run_coverage(design: CoverageDesign, settings: Sequence[str], article_counts
     return [done[k] for k in wanted]
 
 
-def cached_records(cache: Path | None, design: Any, seed: int) -> list[dict[str, Any]]:
-    """The records in a JSONL cache of finished reps that were drawn from ``design`` (a dataclass) with ``seed``."""
+def cached_records(cache: Path | None, design: Any, seed: int, **same: Any) -> list[dict[str, Any]]:
+    """The records in a JSONL cache of finished reps that were drawn from ``design`` (a dataclass) with ``seed``
+    (and carry the ``same`` fields: e.g. the scoring they were counted by)."""
     if cache is None or not cache.is_file():
         return []
     key = json.loads(json.dumps(asdict(design)))
     records = (json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines())
-    return [r for r in records if r["seed"] == seed and r["design"] == key]
+    return [r for r in records if r["seed"] == seed and r["design"] == key
+            and all(r.get(k) == v for k, v in same.items())]
 
 
 def cached_runs(work: Callable[[Any], dict[str, Any]], tasks: Sequence[Any], workers: int, cache: Path | None

@@ -229,16 +229,26 @@ def planted_effects(spec: SimulationSpec) -> dict[str, dict[str, float]]:
 # --- drawing items --------------------------------------------------------------------------------
 
 
-def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: int | None = None) -> pd.DataFrame:
+def draw_adapter_deviations(spec: SimulationSpec, rng: np.random.Generator) -> dict[str, float]:
+    """Each adapter's preference deviation from its arm (training randomness), by variant name; drawn only when
+    planted (adapter_sd > 0), so a design without training randomness keeps its random stream."""
+    if spec.adapter_sd <= 0:
+        return {}
+    return {v.name(spec): float(rng.normal(0.0, spec.adapter_sd)) for v in variants(spec)
+            if v.finetune_task != "none"}
+
+
+def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: int | None = None,
+               adapter_deviations: dict[str, float] | None = None) -> pd.DataFrame:
     """Every item of the sweep in the analysis' item columns, plus the per-order probabilities the cell
     files are written from. Column arrays built with numpy, one frame at the end: the power curve draws
-    thousands of sweeps."""
+    thousands of sweeps. ``adapter_deviations``: drawn by the caller (draw_adapter_deviations, first from the
+    same ``rng``, so the stream is the same), who then knows each adapter's own truth; else drawn here."""
     n = spec.n_articles if n_articles is None else n_articles
     columns: dict[str, list] = {}
     named = [(v, v.name(spec)) for v in variants(spec)]
-    # Drawn only when planted, so a design without training randomness keeps its random stream.
-    adapter_deviations = ({name: float(rng.normal(0.0, spec.adapter_sd)) for v, name in named
-                           if v.finetune_task != "none"} if spec.adapter_sd > 0 else {})
+    if adapter_deviations is None:
+        adapter_deviations = draw_adapter_deviations(spec, rng)
 
     def add(name: str, values: Any) -> None:
         columns.setdefault(name, []).append(np.broadcast_to(np.asarray(values, dtype=object if isinstance(
