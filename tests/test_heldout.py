@@ -25,7 +25,8 @@ def test_the_true_deltas_put_every_arm_on_the_line_and_the_null_arms_at_zero():
 def test_both_questions_have_the_same_distribution_within_each_evaluator():
     """What makes the specificity and interaction nulls exact: per evaluator, the two questions' paper scores
     have the same mean (checked over many articles), and the evaluators' means differ as planted."""
-    design = HeldoutDesign(n_articles=4000, adapters_per_arm=1)
+    design = HeldoutDesign(n_articles=4000, adapters_per_arm=1, adapter_sd=0.0)  # one adapter's own deviation
+    # moves its two questions apart by a single draw; over adapters they have the same distribution
     cells = heldout.draw_sweep(design, np.random.default_rng(3))
     for k in range(len(design.units())):
         c = cells[(k, design.datasets[0], design.sources[0])]
@@ -65,3 +66,15 @@ def test_the_command_rejects_a_design_it_cannot_draw(capsys):
     assert heldout.main(["--reps", "1"]) == 2
     assert heldout.main(["--articles", "2"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_an_adapter_s_training_deviation_is_the_same_on_every_dataset():
+    """Training randomness belongs to the adapter: with nothing else random but it, an adapter's mean signal
+    moves by the same amount on both datasets."""
+    design = HeldoutDesign(n_articles=3, adapters_per_arm=2, adapter_sd=1.0, article_sd=0.0, summary_sd=0.0,
+                           arm_article_sd=0.0, item_sd=0.0, order_scale=1e-9, low_mass_rate=0.0)
+    cells = heldout.draw_sweep(design, np.random.default_rng(1))
+    logit = {key: np.log(c["p_forward"] / (1 - c["p_forward"])) for key, c in cells.items()}
+    k, source = 1, design.sources[0]  # the first adapter
+    first, second = (logit[(k, d, source)] for d in design.datasets)
+    assert np.allclose(first, second, atol=1e-6) and not np.allclose(first, logit[(0, design.datasets[0], source)])

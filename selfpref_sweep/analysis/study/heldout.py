@@ -59,6 +59,9 @@ EVALUATOR = "heldout"
 MIN_ANSWER_MASS = 0.5
 ALPHA = 0.05
 SIZE_MAX, COVERAGE_MIN = 0.07, 0.93
+# The drawing process's version; cached sweeps drawn by another are drawn again. 2: an adapter's training
+# deviation is drawn once and shared by every dataset (1 drew it per dataset).
+PROCESS = 2
 _SHIFT_ROW = "shift in preference at matched recognition"  # fit_tables' name of the shift coefficient
 _REJECTS = ("positive shift", "negative shift")
 
@@ -122,12 +125,13 @@ def draw_sweep(design: HeldoutDesign, rng: np.random.Generator) -> dict[tuple, d
     n, units = design.n_articles, design.units()
     arms = sorted({(task, n_) for task, n_, *_ in units}, key=str)
     out = {}
+    # Training randomness belongs to the adapter: one deviation per adapter and question, on every dataset.
+    deviation = {k: (rng.normal(0.0, design.adapter_sd, 2) if u[0] != "none" else np.zeros(2))
+                 for k, u in enumerate(units)}
     for dataset in design.datasets:
         article = _pair(rng, design.article_sd, design.question_corr, (n,), design.article_df)
         summary = {s: _pair(rng, design.summary_sd, design.question_corr, (n,)) for s in design.sources}
         per_arm = {a: _pair(rng, design.arm_article_sd, design.question_corr, (n,)) for a in arms}
-        deviation = {k: (rng.normal(0.0, design.adapter_sd, 2) if u[0] != "none" else np.zeros(2))
-                     for k, u in enumerate(units)}
         for k, (task, n_ft, _seed, signal, bias) in enumerate(units):
             for source, shift in zip(design.sources, design.source_effects, strict=True):
                 s = (signal + shift + article + summary[source] + per_arm[(task, n_ft)] + deviation[k]
@@ -258,13 +262,14 @@ def heldout_rep(task: tuple[HeldoutDesign, int, int]) -> dict[str, Any]:
     if data.problems:
         raise RuntimeError(f"the held-out sweep did not load cleanly: {data.problems[:3]}")
     est = estimate(data.items, data.cells)
-    return {"rep": rep, "seed": seed, "design": asdict(design), "counts": score_sweep(design, est)}
+    return {"rep": rep, "seed": seed, "process": PROCESS, "design": asdict(design),
+            "counts": score_sweep(design, est)}
 
 
 def run_heldout(design: HeldoutDesign, reps: int, seed: int, workers: int = 1, cache: Path | None = None
                 ) -> list[dict[str, Any]]:
     """Reps 0..reps-1, reusing (and appending to) a JSONL cache of finished reps of the same design and seed."""
-    done = {r["rep"]: r for r in cached_records(cache, design, seed)}
+    done = {r["rep"]: r for r in cached_records(cache, design, seed, process=PROCESS)}
     tasks = [(design, k, seed) for k in range(reps) if k not in done]
     done.update({r["rep"]: r for r in cached_runs(heldout_rep, tasks, workers, cache)})
     return [done[k] for k in range(reps)]
