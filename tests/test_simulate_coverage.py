@@ -101,7 +101,7 @@ def test_a_too_narrow_interval_shows_low_coverage_and_a_right_one_does_not() -> 
         se = 2.0 / 5  # known sigma: mean ± 1.96 se covers 95%, ± 1 se about 68%
         for name, z in (("narrow", 1.0), ("right", 1.96)):
             counts: cov.Counts = {}
-            cov._add(counts, "row", cov.covers(x.mean() - z * se, x.mean() + z * se, 1.0))
+            cov.add_trial(counts, "row", cov.covers(x.mean() - z * se, x.mean() + z * se, 1.0))
             reps[name].append(counts["row"])
     narrow, right = cov.aggregate(reps["narrow"], "coverage"), cov.aggregate(reps["right"], "coverage")
     assert narrow.rate == pytest.approx(0.683, abs=0.03) and narrow.verdict == cov.FAILS

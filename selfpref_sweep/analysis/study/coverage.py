@@ -147,7 +147,7 @@ def analyse(items: pd.DataFrame) -> Analysed:
 Counts = dict[str, list[int]]
 
 
-def _add(counts: Counts, key: str, hit: bool | None) -> None:
+def add_trial(counts: Counts, key: str, hit: bool | None) -> None:
     """One trial of a row; hit None: the analysis gave no interval (counted as a miss, and as such)."""
     c = counts.setdefault(key, [0, 0, 0])
     c[0] += int(bool(hit))
@@ -174,8 +174,9 @@ def unit_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
         for q in _QUESTIONS:
             name = f"{q}_{scale}"
             for r in both.itertuples():
-                _add(counts, f"unit|{q}|{scale}", covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"),
-                                                         getattr(r, f"{name}_mean_true")))
+                hit = covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"),
+                             getattr(r, f"{name}_mean_true"))
+                add_trial(counts, f"unit|{q}|{scale}", hit)
 
 
 def diff_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
@@ -188,15 +189,15 @@ def diff_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
             null = np.abs(true) < _NULL
             for k, r in enumerate(both.itertuples()):
                 hit = covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"), true[k])
-                _add(counts, f"{'dnull' if null[k] else 'dalt'}|{q}|{scale}", hit)
+                add_trial(counts, f"{'dnull' if null[k] else 'dalt'}|{q}|{scale}", hit)
             p, holm = both[f"{name}_p"].to_numpy(float), both[f"{name}_p_holm"].to_numpy(float)
             for k in np.flatnonzero(null):
-                _add(counts, f"dp|{scale}", p[k] < ALPHA if math.isfinite(p[k]) else None)
+                add_trial(counts, f"dp|{scale}", p[k] < ALPHA if math.isfinite(p[k]) else None)
             # A family is one dataset (one base evaluator, setting and label), one question, one scale.
             for _, idx in both.groupby("dataset").groups.items():
                 at = both.index.get_indexer(idx)
                 if null[at].any():
-                    _add(counts, f"holm|{scale}", bool(np.any(holm[at][null[at]] < ALPHA)))
+                    add_trial(counts, f"holm|{scale}", bool(np.any(holm[at][null[at]] < ALPHA)))
 
 
 def arm_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
@@ -211,11 +212,11 @@ def arm_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
             for r in both.itertuples():
                 t = getattr(r, f"{name}_mean_true")
                 null = abs(t) < _NULL
-                _add(counts, f"arm|{'dnull' if null else 'dalt'}|{q}|{scale}",
+                add_trial(counts, f"arm|{'dnull' if null else 'dalt'}|{q}|{scale}",
                      covers(getattr(r, f"{name}_ci_low"), getattr(r, f"{name}_ci_high"), t))
                 if null:
                     p = getattr(r, f"{name}_p")
-                    _add(counts, f"arm|dp|{scale}", p < ALPHA if math.isfinite(p) else None)
+                    add_trial(counts, f"arm|dp|{scale}", p < ALPHA if math.isfinite(p) else None)
 
 
 def _by_group(fits: Iterable[Any]) -> dict[tuple, Any]:
@@ -235,8 +236,8 @@ def fit_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> 
         if t is None:
             continue
         g = _grouping(f.group_by)
-        _add(counts, f"slope|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
-        _add(counts, f"intercept|{g}|{f.scale}", covers(f.intercept_ci_low, f.intercept_ci_high, t.intercept))
+        add_trial(counts, f"slope|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+        add_trial(counts, f"intercept|{g}|{f.scale}", covers(f.intercept_ci_low, f.intercept_ci_high, t.intercept))
     source = _by_group(true_fits["source"])
     for f in res.robustness_fits:
         t = source.get((f.level, f.group_by, f.group, f.scale))
@@ -244,9 +245,9 @@ def fit_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> 
             continue
         g = _grouping(f.group_by)
         if f.method == OLS_BY_VARIANT:
-            _add(counts, f"src|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+            add_trial(counts, f"src|{g}|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
         elif g == "all":
-            _add(counts, f"mixed|all|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
+            add_trial(counts, f"mixed|all|{f.scale}", covers(f.slope_ci_low, f.slope_ci_high, t.slope))
 
 
 def test_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> None:
@@ -260,7 +261,7 @@ def test_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) ->
             if t is None or not math.isfinite(getattr(t, attr)):
                 continue
             hit = covers(r.ci_low, r.ci_high, getattr(t, attr))
-            _add(counts, f"{test}|{r.level}|{_grouping(r.group_by)}|{r.scale}", None if hit is None else not hit)
+            add_trial(counts, f"{test}|{r.level}|{_grouping(r.group_by)}|{r.scale}", None if hit is None else not hit)
 
 
 def trend_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
@@ -269,7 +270,7 @@ def trend_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
         q = "rec" if t.question == "recognition" else "pref"
         value = true.get((str(t.dataset), t.scale, q), math.nan)
         if math.isfinite(value):
-            _add(counts, f"trend|{q}|{t.scale}", covers(t.ci_low, t.ci_high, value))
+            add_trial(counts, f"trend|{q}|{t.scale}", covers(t.ci_low, t.ci_high, value))
 
 
 def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts) -> None:
@@ -283,7 +284,7 @@ def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts
         hit = covers(f.ci_low, f.ci_high, t)
         if f.what in ("shift", "interaction"):
             hit = None if hit is None else not hit
-        _add(counts, f"{_RS_TAGS[f.method][0]}|{f.what}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
+        add_trial(counts, f"{_RS_TAGS[f.method][0]}|{f.what}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
 
 
 def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: float = 1 - ALPHA) -> None:
@@ -307,17 +308,17 @@ def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: f
                 ci = article_mean(kept[f"{q}_{column}"].to_numpy(float), articles, confidence,
                                   bounded=scale == "paper")
                 hit_ = None if ci["ci_low"] is None else covers(ci["ci_low"], ci["ci_high"], t[f"{q}_{scale}"])
-                _add(counts, f"cell|{q}|{scale}", hit_)
+                add_trial(counts, f"cell|{q}|{scale}", hit_)
             if q == "rec":
                 _accuracy_counts(kept, t, counts, confidence)
                 per_article = kept["rec_logodds"].groupby(kept["article_id"]).mean()
                 p = article_test(per_article.to_numpy(float), float(t["rec_logodds"]))["p"]
-                _add(counts, "srcp|logodds", p < ALPHA if math.isfinite(p) else None)
+                add_trial(counts, "srcp|logodds", p < ALPHA if math.isfinite(p) else None)
                 families.setdefault((dataset, variant), []).append(p)
     for ps in families.values():
         ps = [p for p in ps if math.isfinite(p)]
         if len(ps) >= 2:
-            _add(counts, "srcholm|logodds", bool(np.any(holm(np.asarray(ps)) < ALPHA)))
+            add_trial(counts, "srcholm|logodds", bool(np.any(holm(np.asarray(ps)) < ALPHA)))
 
 
 def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, confidence: float) -> None:
@@ -328,7 +329,7 @@ def _accuracy_counts(kept: pd.DataFrame, t: Mapping[str, Any], counts: Counts, c
     for order in _ORDERS if "rec_acc_forward" in t and math.isfinite(t["rec_acc_forward"]) else ("all",):
         ci = proportion(hits[order], confidence)
         truth_key = "rec_acc" if order == "all" else f"rec_acc_{order}"
-        _add(counts, f"acc|{order}", None if ci["ci_low"] is None else covers(ci["ci_low"], ci["ci_high"],
+        add_trial(counts, f"acc|{order}", None if ci["ci_low"] is None else covers(ci["ci_low"], ci["ci_high"],
                                                                               t[truth_key]))
 
 

@@ -52,7 +52,7 @@ from ..estimate.estimates import estimate
 from ..estimate.resample import INTERACTION, reported
 from ..report.fit_tables import resampled_table
 from ..sweep.load import load_sweeps
-from .coverage import aggregate
+from .coverage import add_trial, aggregate
 from .coverage_mode import cached_records, cached_runs, print_and_write
 
 EVALUATOR = "heldout"
@@ -217,37 +217,34 @@ def true_deltas(design: HeldoutDesign, draws: int = 400_000) -> dict[tuple[str, 
 # --- reading one sweep's report -------------------------------------------------------------------
 
 
-def _add(counts: dict[str, list[int]], key: str, hit: bool | None) -> None:
-    c = counts.setdefault(key, [0, 0, 0])
-    c[0], c[1], c[2] = c[0] + int(bool(hit)), c[1] + 1, c[2] + int(hit is None)
-
-
 def score_sweep(design: HeldoutDesign, est: Any) -> dict[str, list[int]]:
     """[hits, trials, without a verdict or interval] per figure's row: the specificity word rejects (a shift
     either way), the reported interaction test rejects, a null arm's Δ CI excludes its truth, an arm's Δ CI
     covers its truth."""
     counts: dict[str, list[int]] = {}
     table = resampled_table(est.resampled, replicated=design.adapters_per_arm > 1)
+    scale_key = {v: k for k, v in SCALE_NAMES.items()}  # the table prints a scale's display name
     for r in table[table["coefficient"] == _SHIFT_ROW].itertuples() if not table.empty else ():
         reading = "" if r.reading == "—" else str(r.reading)
-        scale = {v: k for k, v in SCALE_NAMES.items()}.get(r.scale, r.scale)  # the table prints its display name
-        _add(counts, f"specificity|{r.level}|{r.grouping}|{scale}", reading.startswith(_REJECTS) if reading
+        scale = scale_key.get(r.scale, r.scale)
+        add_trial(counts, f"specificity|{r.level}|{r.grouping}|{scale}", reading.startswith(_REJECTS) if reading
              else None)
     for f in reported(est.resampled):
         if f.what == INTERACTION:
             tested = f.ok and math.isfinite(f.p)
-            _add(counts, f"interaction|{f.level}|{f.group_by}|{f.scale}", f.p < ALPHA if tested else None)
+            add_trial(counts, f"interaction|{f.level}|{f.group_by}|{f.scale}", f.p < ALPHA if tested else None)
     truth = true_deltas(design)
     for r in est.arms.to_dict("records"):
         transfer = r["transfer"]
+        arm = (r["finetune_task"], int(r["finetune_n_articles"]))
         for q in ("rec", "pref"):
             for scale in ("paper", "logodds"):
-                t = truth[(r["finetune_task"], int(r["finetune_n_articles"]), q, scale)]
+                t = truth[(*arm, q, scale)]
                 low, high = r[f"d{q}_{scale}_ci_low"], r[f"d{q}_{scale}_ci_high"]
                 covered = bool(low <= t <= high) if math.isfinite(low) and math.isfinite(high) else None
-                _add(counts, f"arm coverage|{q}|{scale}|{transfer}", covered)
-                if abs(truth[(r["finetune_task"], int(r["finetune_n_articles"]), q, "logodds")]) == 0:
-                    _add(counts, f"null arm excluded|{q}|{scale}|{transfer}",
+                add_trial(counts, f"arm coverage|{q}|{scale}|{transfer}", covered)
+                if truth[(*arm, q, "logodds")] == 0:
+                    add_trial(counts, f"null arm excluded|{q}|{scale}|{transfer}",
                          None if covered is None else not covered)
     return counts
 
