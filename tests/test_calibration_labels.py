@@ -37,7 +37,7 @@ PLANTED = [
 
 @pytest.fixture
 def planted(monkeypatch):
-    monkeypatch.setattr(C, "_shipped", lambda replicated=False: tuple(PLANTED))
+    monkeypatch.setattr(C, "_shipped", lambda adapters=1: tuple(PLANTED))
 
 
 def fit(group_by, level=LEVEL_UNIT, method=OLS_PLAIN, ok=True):
@@ -85,7 +85,7 @@ def test_a_test_is_labelled_when_it_fails_or_most_of_its_figures_miss_on_one_sid
 
 
 def test_without_the_data_file_nothing_is_labelled(monkeypatch):
-    monkeypatch.setattr(C, "_shipped", lambda replicated=False: ())
+    monkeypatch.setattr(C, "_shipped", lambda adapters=1: ())
     assert C.calibration_label("fit", LEVEL_UNIT, OLS_PLAIN, True) == ""
 
 
@@ -107,12 +107,48 @@ def test_the_shipped_table_labels_every_row_kind_it_shows_off_target():
     assert off, "the shipped study finds some row off its target (the plain OLS headline, the MixedLM)"
 
 
-def test_the_shipped_replicated_table_is_the_three_adapter_study():
-    records = C._shipped(replicated=True)
-    assert records, "selfpref_sweep/analysis/calibration_replicated.json is shipped with the package"
-    design = C._data(True)["design"]
-    assert design["adapters_per_arm"] == 3 and design["adapter_sd"] > 0
-    assert C._data(False)["design"]["adapters_per_arm"] == 1
+def test_a_replicated_sweep_is_labelled_by_the_designs_of_its_adapter_count():
+    """The replicated tables are chosen by the sweep's adapters per arm (the nearest simulated count, both on a
+    tie), over every training SD simulated at that count; one adapter per arm reads the one-adapter study."""
+    assert C._tables(1)[0]["design"]["adapters_per_arm"] == 1
+    shipped = {t["design"]["adapters_per_arm"] for t in C._replicated_tables()}
+    assert {2, 3, 5} <= shipped, "the replicated designs ship with the package (study/designs/*.json)"
+    for k in (2, 3, 5):
+        assert {t["design"]["adapters_per_arm"] for t in C._tables(k)} == {k}
+    assert {t["design"]["adapters_per_arm"] for t in C._tables(9)} == {max(shipped)}
+    sds = {t["design"]["adapter_sd"] for t in C._tables(3)}
+    assert len(sds) > 1, "a count's label reads every training SD simulated at that count"
+    assert all(r["design_tag"].startswith("training SD ") for r in C._shipped(3))
+
+
+ARMS = [rec("arm|dnull|rec|paper", 0.985, FAILS), rec("arm|dalt|rec|paper", 0.972, MC),
+        rec("arm|dnull|pref|paper", 0.95, HOLDS), rec("arm|dp|paper", 0.05, HOLDS, "size"),
+        rec("holm|paper", 0.012, FAILS, "size"), rec("holm|logodds", 0.02, MC, "size")]
+
+
+def test_an_arms_pooled_rows_and_holms_family_are_labelled_from_the_study(monkeypatch):
+    """The per-arm table labels each arm by the study of its adapter count (here one that finds the Δ recognition
+    interval conservative), and the fine-tuned-vs-base section says Holm's family-wise error was under 5%."""
+    import pandas as pd
+
+    from selfpref_sweep.analysis.report import unit_tables as U
+
+    monkeypatch.setattr(C, "_shipped", lambda adapters=1: tuple({**r, "design_tag": f"training SD {adapters / 10:g}"}
+                                                                  for r in ARMS))
+    label = U.arm_label(2)
+    assert label.startswith("Δ recognition CI: over-covers (conservative): coverage 97-98% at 10 articles "
+                            "(training SD 0.2)")
+    assert "Δ preference" not in label and "Δ p" not in label  # those held
+    holm = C.calibration_label(C.HOLM_FWER, "", "", False, adapters=2)
+    assert holm.startswith("conservative (rejects less often than stated): a true null was rejected in 1-2% of")
+    nan = float("nan")
+    cols = {f"d{q}_{s}{x}": nan for q in ("rec", "pref") for s in ("paper", "logodds")
+            for x in ("_mean", "_ci_low", "_ci_high", "_p", "_p_holm", "_training_sd")}
+    arms = pd.DataFrame([{"setting": "pairwise", "label": "none", "dataset": "d", "arm": "a", "transfer": "",
+                          "adapters": 3, "n_articles": 10, "note": "", **cols}])
+    assert U.arm_deltas_table(arms)[T.CALIBRATION_COL].iloc[0].startswith("Δ recognition CI: over-covers")
+    monkeypatch.setattr(C, "_shipped", lambda adapters=1: ())
+    assert T.CALIBRATION_COL not in U.arm_deltas_table(arms)  # nothing off target: no column
 
 
 def interaction(group_by, level=LEVEL_UNIT, p=0.01):
@@ -125,13 +161,14 @@ def test_the_interaction_test_is_labelled_by_the_study_of_the_sweeps_design():
     label); with three adapters per arm it over-rejects, and a replicated sweep's row says so, naming that study."""
     rows = [interaction(POOLED), interaction(PER_DATASET)]
     one = labels(T.interaction_table(rows))
-    pooled, _ = labels(T.interaction_table(rows, replicated=True))
+    pooled, _ = labels(T.interaction_table(rows, adapters=3))
     assert one == ["", ""]
     assert pooled.startswith("over-rejects pooled over datasets: a true null was rejected in")
-    assert "3 adapters per arm" in pooled and "docs/results/coverage_adapters.md" in pooled
+    assert "3 adapters per arm" in pooled and "docs/coverage.md (Across designs)" in pooled
+    assert "(training SD 0.1)" in pooled  # the figures name the design they came from
     # A row without a test has no label.
     assert labels(T.interaction_table([interaction(POOLED, p=math.nan), interaction(PER_DATASET)],
-                                      replicated=True))[0] == ""
+                                      adapters=3))[0] == ""
 
 
 def test_a_common_line_reading_carries_the_interaction_tests_label():
@@ -143,12 +180,12 @@ def test_a_common_line_reading_carries_the_interaction_tests_label():
 
     shift = fit(RS.SHIFT, RS.RESAMPLE_CORRECTED, estimate=0.0, se=0.01, df=20, ci_low=-0.02, ci_high=0.02, p=0.9)
     rejecting = fit(RS.INTERACTION, RS.RESAMPLE_OLS, estimate=0.4, se=0.1, df=20, ci_low=0.2, ci_high=0.6, p=0.001)
-    table = T.resampled_table([shift, rejecting], replicated=True)
+    table = T.resampled_table([shift, rejecting], adapters=3)
     row = table.iloc[0]
     assert row["reading"].startswith("no common line: the shift is within ±0.05 (TOST p = ")
     assert "the interaction test behind this reading" in row[T.CALIBRATION_COL]
     wide = fit(RS.SHIFT, RS.RESAMPLE_CORRECTED, estimate=0.0, se=0.1, df=20, ci_low=-0.2, ci_high=0.2, p=0.9)
-    row = T.resampled_table([wide, rejecting], replicated=True).iloc[0]
+    row = T.resampled_table([wide, rejecting], adapters=3).iloc[0]
     assert row["reading"].startswith("inconclusive") and "interaction test" not in row.get(T.CALIBRATION_COL, "")
 
 

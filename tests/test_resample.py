@@ -143,7 +143,7 @@ def test_resampled_rows_that_miss_their_target_carry_the_calibration_label(monke
         return {"setting": "individual", "n_articles": 10, "key": key, "kind": kind, "rate": rate, "se": 0.02,
                 "verdict": verdict}
 
-    monkeypatch.setattr(C, "_shipped", lambda replicated=False: (
+    monkeypatch.setattr(C, "_shipped", lambda adapters=1: (
         rec("rs|slope|source|all|paper", 0.85, "does not hold", "coverage"),
         rec("rs|slope|source|dataset|paper", 0.95, "holds", "coverage"),
         rec("rs|shift|source|all|paper", 0.13, "does not hold", "size"),

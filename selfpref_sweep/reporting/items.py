@@ -55,6 +55,7 @@ class Design:
     per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
     measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
     replicated: bool = False  # some fine-tuned arm has several adapters (seeds): arms.py pools them
+    adapters_per_arm: int = 1  # the fewest adapters of a replicated arm (1: none): chooses the labels' study
     positive_control: bool = False  # some arm is a positive control (config.POSITIVE_CONTROL_TASKS)
     paper_trend: bool = False  # some base evaluator has a line of recognition fine-tunes (paper_trend.py)
     length_control: bool = False  # some preference-scored item has both summaries' word counts (length_control.py)

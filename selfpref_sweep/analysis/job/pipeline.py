@@ -122,7 +122,7 @@ def _fit_sentences(result: AnalysisResult) -> list[str]:
             continue
         label = calibration_label("fit", f.level, f.method,
                                   pooled_over_datasets(f.group_by, {g.group_by for g in result.est.unit_fits}),
-                                  replicated=result.replicated)
+                                  adapters=result.adapters)
         out.append(
             f"Headline fit (the paper's statistic: plain OLS over the variant × dataset points), {f.group}: "
             f"slope {fmt(f.slope)} (95% CI {fmt_ci(f.slope_ci_low, f.slope_ci_high)}), "
@@ -141,7 +141,7 @@ def _corrected_sentence(result: AnalysisResult, paper: FitResult) -> list[str]:
     ci = fmt_ci(f.ci_low, f.ci_high, why=f.no_interval)
     label = calibration_label(f"resampled {SLOPE}", f.level, f.method,
                               pooled_over_datasets(f.group_by, {g.group_by for g in result.est.resampled}),
-                              replicated=result.replicated)
+                              adapters=result.adapters)
     return [f"Corrected headline fit, {f.group}, {SCALE_NAMES.get(f.scale, f.scale)} scale (beside the paper's "
             f"statistic): slope {fmt(f.estimate)} "
             f"(95% CI {ci}; dataset term: {'yes' if f.dataset_term else 'no'}, recognition's measurement error "

@@ -29,11 +29,12 @@ CALIBRATION_COL = "simulated calibration"
 _POINT_WORDS = {"paper unit": "paper units", "source": "cells", "item": "items"}
 
 
-def regression_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.DataFrame:
+def regression_table(fits: Sequence[FitResult], adapters: int = 1) -> pd.DataFrame:
     """Display table of fits: slope, intercept, r and their 95% CIs, R², n; unfitted groups say why.
 
-    Level and method columns appear only when the fits mix them (the robustness table). ``replicated``: the
-    sweep's arms have several adapters each, so the replicated coverage study labels the rows (calibration.py)."""
+    Level and method columns appear only when the fits mix them (the robustness table). ``adapters``: the
+    adapters of the sweep's replicated arms (1: none), which choose the coverage study that labels the rows
+    (calibration.py)."""
     levels = sorted({f.level for f in fits})
     groupings = {f.group_by for f in fits}
     mixed = len(levels) > 1 or len({f.method for f in fits}) > 1
@@ -61,14 +62,14 @@ def regression_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.
                 "note": f.note,
                 CALIBRATION_COL: calibration_label("fit", f.level, f.method,
                                                    pooled_over_datasets(f.group_by, groupings),
-                                                   replicated=replicated) if f.ok else "",
+                                                   adapters=adapters) if f.ok else "",
             }
         )
         rows.append(row)
-    return _drop_empty_calibration(pd.DataFrame(rows))
+    return drop_empty_calibration(pd.DataFrame(rows))
 
 
-def _drop_empty_calibration(table: pd.DataFrame) -> pd.DataFrame:
+def drop_empty_calibration(table: pd.DataFrame) -> pd.DataFrame:
     """The calibration column only where some row has a label (analysis/calibration.py)."""
     if CALIBRATION_COL in table and not table[CALIBRATION_COL].astype(bool).any():
         return table.drop(columns=[CALIBRATION_COL])
@@ -80,16 +81,16 @@ _COEFFICIENTS = {"slope": "slope", "intercept": "intercept", "shift": "shift in 
                  "interaction": "interaction: recognition × recognition_finetune"}
 
 
-def paper_statistic_table(fits: Sequence[FitResult], replicated: bool = False) -> pd.DataFrame:
+def paper_statistic_table(fits: Sequence[FitResult], adapters: int = 1) -> pd.DataFrame:
     """The headline regression table, its rows labelled as the paper's statistic (set a replication against
     the paper's number here; the corrected fit is resampled_table's)."""
-    table = regression_table(fits, replicated)
+    table = regression_table(fits, adapters)
     if not table.empty:
         table["statistic"] = PAPER_STATISTIC  # last: the columns before it are regression_table's
     return table
 
 
-def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False,
+def resampled_table(fits: Sequence[ResampledFit], adapters: int = 1,
                     margins: dict[str, float] | None = None) -> pd.DataFrame:
     """The fits refitted on one joint article resample (resample.py), each coefficient by the method the
     coverage study chose (resample.REPORTED): estimate, 95% CI, p, and what the fit rests on. The shift rows
@@ -111,9 +112,9 @@ def resampled_table(fits: Sequence[ResampledFit], replicated: bool = False,
             "SE (resample)": fmt(f.se), "df": fmt_int(f.df), "draws": str(f.n_resamples) if f.ok else DASH,
             "training SD (adapters)": f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
             "reliability of recognition": fmt(f.reliability, 2), "reading": reading or DASH, "note": f.note,
-            CALIBRATION_COL: _resampled_label(f, reading, groupings, replicated) if f.ok else "",
+            CALIBRATION_COL: _resampled_label(f, reading, groupings, adapters) if f.ok else "",
         })
-    return _drop_empty_calibration(pd.DataFrame(rows))
+    return drop_empty_calibration(pd.DataFrame(rows))
 
 
 def _same_points(a: ResampledFit, b: ResampledFit) -> bool:
@@ -130,13 +131,13 @@ def _shift_reading(shift: ResampledFit, shown: Sequence[ResampledFit], margins: 
                                margin, interaction=interaction)
 
 
-def _resampled_label(f: ResampledFit, reading: str, groupings: set[str], replicated: bool) -> str:
+def _resampled_label(f: ResampledFit, reading: str, groupings: set[str], adapters: int) -> str:
     """A row's calibration label, and the interaction test's where the shift's reading rests on it."""
     pooled = pooled_over_datasets(f.group_by, groupings)
-    labels = [calibration_label(f"resampled {f.what}", f.level, f.method, pooled, replicated=replicated)]
+    labels = [calibration_label(f"resampled {f.what}", f.level, f.method, pooled, adapters=adapters)]
     if reading.startswith(COMMON_LINE_WORDS):
         inter = calibration_label(f"resampled {INTERACTION}", f.level, REPORTED[INTERACTION], pooled,
-                                  replicated=replicated)
+                                  adapters=adapters)
         labels.append(f"the interaction test behind this reading {inter}" if inter else "")
     return "; ".join(label for label in labels if label)
 
@@ -147,7 +148,7 @@ def fits_frame(fits: Sequence[FitResult]) -> pd.DataFrame:
     return df.drop(columns=["cov", "df_resid"], errors="ignore")
 
 
-def interaction_table(results: Sequence[InteractionResult], replicated: bool = False,
+def interaction_table(results: Sequence[InteractionResult], adapters: int = 1,
                       resampled: Sequence[ResampledFit] = ()) -> pd.DataFrame:
     """The recognition-vs-control interaction. Its test is the report's one interaction test, the resampled fit
     of the same points (resample.REPORTED: OLS with a dataset term, the article resample's SE and, with
@@ -164,12 +165,12 @@ def interaction_table(results: Sequence[InteractionResult], replicated: bool = F
             test = {"interaction test": t.method, "interaction [95% CI]": est_ci(t.estimate, t.ci_low, t.ci_high, why),
                     "p": fmt_p(t.p, why=why),
                     "training SD (adapters)": f"{fmt(t.training_sd)} ({t.n_adapters})" if t.ok else DASH}
-            label = _resampled_label(t, "", test_groupings, replicated) if t.ok and math.isfinite(t.p) else ""
+            label = _resampled_label(t, "", test_groupings, adapters) if t.ok and math.isfinite(t.p) else ""
         else:
             test = {"interaction test": f"{r.method} (no resampled fit of these points)",
                     "interaction [95% CI]": est_ci(r.estimate, r.ci_low, r.ci_high, r.no_interval),
                     "p": fmt_p(r.p, why=r.no_interval), "training SD (adapters)": DASH}
-            label = _interaction_label(r, groupings, replicated)
+            label = _interaction_label(r, groupings, adapters)
         rows.append({
             **_finetune_row_head(r),
             **test,
@@ -180,15 +181,15 @@ def interaction_table(results: Sequence[InteractionResult], replicated: bool = F
             "note": r.note,
             CALIBRATION_COL: label,
         })
-    return _drop_empty_calibration(pd.DataFrame(rows))
+    return drop_empty_calibration(pd.DataFrame(rows))
 
 
-def _interaction_label(r: Any, groupings: set[str], replicated: bool) -> str:
+def _interaction_label(r: Any, groupings: set[str], adapters: int) -> str:
     """The interaction test's calibration label ("" for a row without a test)."""
     if not (r.ok and math.isfinite(r.p)):
         return ""
     return calibration_label("interaction", r.level, r.method, pooled_over_datasets(r.group_by, groupings),
-                             replicated=replicated)
+                             adapters=adapters)
 
 
 def _finetune_row_head(r: Any) -> dict[str, str]:
@@ -205,7 +206,7 @@ def interactions_frame(results: Sequence[InteractionResult]) -> pd.DataFrame:
     return pd.DataFrame([r.to_dict() for r in results])
 
 
-def specificity_table(results: Sequence[SpecificityResult], replicated: bool = False) -> pd.DataFrame:
+def specificity_table(results: Sequence[SpecificityResult], adapters: int = 1) -> pd.DataFrame:
     """The shift in preference at matched recognition by the paper-style fit (plain OLS over every adapter's
     point), with its equivalence test. It carries no reading: it rejects a true null far too often with
     replicated arms (docs/coverage.md); the corrected shift (resampled_table) is the one read."""
@@ -222,10 +223,10 @@ def specificity_table(results: Sequence[SpecificityResult], replicated: bool = F
             "common slope [95% CI]": est_ci(r.slope, r.slope_ci_low, r.slope_ci_high, r.no_interval),
             "note": r.note,
             CALIBRATION_COL: calibration_label("specificity", r.level, r.method,
-                                               pooled_over_datasets(r.group_by, groupings), replicated=replicated)
+                                               pooled_over_datasets(r.group_by, groupings), adapters=adapters)
             if r.ok else "",
         })
-    return _drop_empty_calibration(pd.DataFrame(rows))
+    return drop_empty_calibration(pd.DataFrame(rows))
 
 
 COMMON_LINE_WORDS = ("one common line", "no common line")

@@ -47,6 +47,12 @@ class AnalysisResult:
         labels its rows (calibration.py)."""
         return bool(self.design is not None and self.design.replicated)
 
+    @property
+    def adapters(self) -> int:
+        """The adapters of the sweep's replicated arms (the fewest; 1 when none is replicated): they choose the
+        coverage study whose figures label its rows (calibration.py)."""
+        return self.design.adapters_per_arm if self.replicated else 1
+
     def headline_fits(self, scale: str = "paper") -> list[FitResult]:
         """The paper-unit fits per setting × label (all datasets) on one scale."""
         return [f for f in self.est.unit_fits if f.group_by == GROUPINGS[0][0] and f.scale == scale]

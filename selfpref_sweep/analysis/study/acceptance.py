@@ -67,8 +67,8 @@ def group_cell(rows: Sequence[dict[str, Any]], prefixes: Sequence[str]) -> str:
 def markdown(payloads: Sequence[dict[str, Any]], command: str) -> str:
     cols = columns(payloads)
     names = list(cols)
-    replicated = {design_name(p, r["setting"], int(r["n_articles"])): p["design"]["adapters_per_arm"] > 1
-                  for p in payloads for r in p["rows"]}
+    adapters = {design_name(p, r["setting"], int(r["n_articles"])): int(p["design"]["adapters_per_arm"])
+                for p in payloads for r in p["rows"]}
     reps = {n: max(r["reps"] for r in rows) for n, rows in cols.items()}
     lines = ["## Coverage across designs", "", f"Command: `{command}`", "",
              "Each cell: the range of the rows' rates (coverage of a 95% CI, or size of a 5% test), and how many "
@@ -79,8 +79,8 @@ def markdown(payloads: Sequence[dict[str, Any]], command: str) -> str:
     for label, prefixes in GROUPS:
         lines.append(f"| {label} | " + " | ".join(group_cell(cols[n], prefixes) for n in names) + " |")
     lines += ["", "Where a design's rows are off their target and the report would print them without a label "
-              "(its labels come from the shipped tables, calibration.json and calibration_replicated.json):", ""]
-    gaps = [f"- {n}: {gap}" for n in names for gap in label_gaps(cols[n], replicated[n])]
+              "(its labels come from the shipped tables of its adapter count: calibration.py):", ""]
+    gaps = [f"- {n}: {gap}" for n in names for gap in label_gaps(cols[n], adapters[n])]
     lines += gaps or ["- none"]
     return "\n".join(lines) + "\n"
 
@@ -92,7 +92,7 @@ def _direction(label: str) -> str:
     return "liberal" if label.startswith(("under-covers", "far too narrow", "over-rejects")) else "conservative"
 
 
-def label_gaps(rows: Sequence[dict[str, Any]], replicated: bool) -> list[str]:
+def label_gaps(rows: Sequence[dict[str, Any]], adapters: int) -> list[str]:
     """The report rows (calibration.SCORED_BY) this design's figures put off target (calibration.describe) where
     the shipped table the report reads gives no label or one on the other side, and the rows no label covers
     (arm and adapter Δs, means, the dose trend) that do not hold."""
@@ -105,7 +105,7 @@ def label_gaps(rows: Sequence[dict[str, Any]], replicated: bool) -> list[str]:
         if not found:
             continue
         shipped = calibration_label(what, level or LEVEL_UNIT, method or "", True if pooled is None else pooled,
-                                    replicated=replicated)
+                                    adapters=adapters)
         if _direction(shipped) != _direction(found):
             label = f"{what}, {level or 'any level'}, {method or 'its method'}" + (", pooled" if pooled else "")
             out.append(f"{label}: {found}; the report's label: {shipped or 'none'}")

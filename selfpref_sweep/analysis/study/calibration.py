@@ -9,18 +9,20 @@ data (calibration.json beside this module):
         --cache outputs/coverage_reps.jsonl --out-md docs/coverage.md \
         --out-json selfpref_sweep/analysis/study/calibration.json
 
-A sweep whose fine-tuned arms are replicated (several adapters per arm, ``finetune_task.seed``) is scored by a
-second table, the same study with 3 adapters per arm and training randomness (adapter SD 0.1 on the log-odds
-scale, pairwise, 10 articles: docs/results/coverage_adapters.md), written the same way to
-calibration_replicated.json:
+A sweep whose fine-tuned arms are replicated (several adapters per arm, ``finetune_task.seed``) is scored by the
+replicated studies instead: the same study with 2 to 5 adapters per arm and training randomness from none to
+large (adapter SD 0 to 1.6 on the log-odds scale), one table per design (docs/coverage.md, "Across designs"):
+calibration_replicated.json (3 adapters, SD 0.1, docs/results/coverage_adapters.md) and designs/*.json, written
+the same way:
 
-    python -m selfpref_sweep.analysis.study.simulate --coverage --reps 300 --articles 10 --settings pairwise \
-        --adapters-per-arm 3 --adapter-sd 0.1 --workers 2 --cache outputs/cov/cov_arms_sd0.1.jsonl \
-        --out-json selfpref_sweep/analysis/study/calibration_replicated.json
+    python -m selfpref_sweep.analysis.study.simulate --coverage --reps 200 --seed 20261205 --articles 10 \
+        --settings pairwise --adapters-per-arm 2 --adapter-sd 0.4 --workers 2 --cache outputs/acc/sd04_k2.jsonl \
+        --out-json selfpref_sweep/analysis/study/designs/sd04_k2.json
 
 More adapters make more points, so a test that is conservative with one adapter per arm can over-reject with
-three (the interaction test did on every adapter's points; it is now fitted on arm means); a replicated sweep's
-rows carry the replicated study's labels.
+three (the interaction test did on every adapter's points; it is now fitted on arm means). A replicated sweep's
+rows carry the labels of every design with its adapter count (the nearest one simulated), over all training SDs:
+the SD is not known when the report is written, and a label then says at which SD the figures were off.
 
 Each kind of report row is scored by some rows of that table (SCORED_BY). Where they show it off its target
 (95% intervals covering 93-97%, 5% tests rejecting 3-7%), the report prints the row with a label that says, in
@@ -44,11 +46,20 @@ from ..estimate.fit import MIXED_BY_VARIANT, OLS_BY_VARIANT, OLS_PLAIN
 from ..estimate.resample import RESAMPLE_CORRECTED, RESAMPLE_OLS
 
 POOLED = GROUPINGS[0][0]  # "setting × label": every dataset (or transfer condition) of a condition together
-# The study behind each table: one adapter per arm (the default), or replicated arms.
-DATA_FILES = {False: "calibration.json", True: "calibration_replicated.json"}
-SEE = {False: "docs/coverage.md", True: "docs/results/coverage_adapters.md"}
+# The studies behind the labels: one adapter per arm (the default), and the replicated-arm designs, one table per
+# adapters-per-arm × training SD (calibration_replicated.json, and designs/*.json: docs/coverage.md, "Across
+# designs"). A replicated sweep reads every table of the adapter count nearest its own, whatever the training SD.
+ONE_ADAPTER_FILE = "calibration.json"
+REPLICATED_FILES = ("calibration_replicated.json",)
+DESIGNS_DIR = "designs"
+SEE = {False: "docs/coverage.md", True: "docs/coverage.md (Across designs)"}
 FAILS = "does not hold"  # coverage.FAILS (not imported: coverage.py pulls in the whole estimation)
 FAR_TOO_NARROW = 0.6  # an interval covering under 60% is read as descriptive only
+
+# Report rows outside the fits: an arm's pooled Δ interval (per question), its test, and Holm's family-wise
+# error over the fine-tuned-vs-base tests.
+ARM_RECOGNITION, ARM_PREFERENCE = "arm Δ recognition", "arm Δ preference"
+ARM_TEST, HOLM_FWER = "arm Δ test", "Holm family-wise error"
 
 # (what, level, method, pooled over datasets) -> the coverage table's row keys (prefixes) that score it; None
 # matches either. "what": "fit" (fit.FitResult), "specificity", or "resampled <coefficient>" (resample.py).
@@ -66,6 +77,11 @@ SCORED_BY: tuple[tuple[tuple[str, str | None, str | None, bool | None], tuple[st
     (("interaction", LEVEL_UNIT, None, False), ("interaction|paper unit|transfer|",)),
     (("interaction", LEVEL_SOURCE, None, True), ("interaction|source|all|",)),
     (("interaction", LEVEL_SOURCE, None, False), ("interaction|source|transfer|",)),
+    # An arm's adapters pooled (arms.py: the per-arm table), and Holm's family over the adapters' Δ tests.
+    ((ARM_RECOGNITION, None, None, None), ("arm|dnull|rec|", "arm|dalt|rec|")),
+    ((ARM_PREFERENCE, None, None, None), ("arm|dnull|pref|", "arm|dalt|pref|")),
+    ((ARM_TEST, None, None, None), ("arm|dp|",)),
+    ((HOLM_FWER, None, None, None), ("holm|",)),
     *((((f"resampled {what}", level, method, pooled),
         (f"{tag}|{what}|{level}|{'all' if pooled else grouping}|",))
        for method, tag in ((RESAMPLE_CORRECTED, "rs"), (RESAMPLE_OLS, "rsols"))
@@ -78,32 +94,66 @@ SCORED_BY: tuple[tuple[tuple[str, str | None, str | None, bool | None], tuple[st
 
 
 @functools.cache
-def _data(replicated: bool = False) -> dict[str, Any]:
-    """The shipped coverage table of one design (empty when the file is absent: no labels)."""
+def _read(name: str) -> dict[str, Any]:
+    """One shipped coverage table (empty when the file is absent: no labels from it)."""
     try:
-        return json.loads(resources.files(__package__).joinpath(DATA_FILES[replicated]).read_text(encoding="utf-8"))
+        return json.loads(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
 
 
-def _shipped(replicated: bool = False) -> tuple[dict[str, Any], ...]:
-    """The shipped table's rows (one adapter per arm, or replicated arms)."""
-    return tuple(_data(replicated).get("rows", ()))
+@functools.cache
+def _replicated_tables() -> tuple[dict[str, Any], ...]:
+    """Every shipped replicated-arm table (3 adapters at SD 0.1, and the designs/ folder), each with a design."""
+    folder = resources.files(__package__).joinpath(DESIGNS_DIR)
+    names = [*REPLICATED_FILES, *(f"{DESIGNS_DIR}/{f.name}" for f in sorted(folder.iterdir(), key=lambda f: f.name)
+                                  if f.name.endswith(".json"))] if folder.is_dir() else list(REPLICATED_FILES)
+    return tuple(t for t in map(_read, names) if t.get("design", {}).get("adapters_per_arm", 1) > 1)
+
+
+def _tables(adapters: int = 1) -> tuple[dict[str, Any], ...]:
+    """The tables that label a sweep whose replicated arms have ``adapters`` adapters (1: no replicated arm):
+    the one-adapter study, or every replicated design with the adapter count nearest it (both, on a tie)."""
+    if adapters <= 1:
+        return (_read(ONE_ADAPTER_FILE),) if _read(ONE_ADAPTER_FILE) else ()
+    tables = _replicated_tables()
+    if not tables:
+        return ()
+    gap = min(abs(t["design"]["adapters_per_arm"] - adapters) for t in tables)
+    return tuple(t for t in tables if abs(t["design"]["adapters_per_arm"] - adapters) == gap)
+
+
+def _design_tag(design: Mapping[str, Any]) -> str:
+    """A replicated design in a label's words: its training SD, and its article-by-judge effects if planted."""
+    extra = [f"{what} article effects SD {design[key]:g}" for what, key in
+             (("per-arm", "arm_article_sd"), ("per-adapter", "variant_article_sd")) if design.get(key)]
+    return ", ".join([f"training SD {design.get('adapter_sd', 0):g}", *extra])
+
+
+def _shipped(adapters: int = 1) -> tuple[dict[str, Any], ...]:
+    """The rows of the tables that label a sweep with ``adapters`` adapters per replicated arm; a replicated
+    table's rows carry its design (``design_tag``), which the label's figures name."""
+    if adapters <= 1:
+        return tuple(row for t in _tables(1) for row in t.get("rows", ()))
+    return tuple({**row, "design_tag": _design_tag(t["design"])} for t in _tables(adapters) for row in t["rows"])
 
 
 def _targets() -> dict[str, Sequence[float]]:
     """The targets the tables were scored against (coverage.TARGETS, as the study wrote them)."""
-    return dict(_data(False).get("targets", {}) or _data(True).get("targets", {}))
+    for table in (_read(ONE_ADAPTER_FILE), *_replicated_tables()):
+        if table.get("targets"):
+            return dict(table["targets"])
+    return {}
 
 
-def _study(replicated: bool) -> str:
-    """Where a label's figures come from, in words: the simulated design and its write-up."""
-    if not replicated:
+def _study(adapters: int = 1) -> str:
+    """Where a label's figures come from, in words: the simulated designs and their write-up."""
+    if adapters <= 1:
         return f"simulated, {SEE[False]}"
-    design = _data(True).get("design", {})
-    settings = "/".join(sorted({str(r.get("setting")) for r in _shipped(True)}))  # the study's settings only
-    return (f"simulated{f' ({settings})' if settings else ''} with {design.get('adapters_per_arm', 'several')} "
-            f"adapters per arm and training SD {design.get('adapter_sd', '?')}, {SEE[True]}")
+    tables = _tables(adapters)
+    counts = "/".join(str(k) for k in sorted({t["design"]["adapters_per_arm"] for t in tables})) or "several"
+    settings = "/".join(sorted({str(r.get("setting")) for t in tables for r in t["rows"]}))  # the studies' own
+    return f"simulated{f' ({settings})' if settings else ''} with {counts} adapters per arm, {SEE[True]}"
 
 
 def _side(row: Mapping[str, Any], targets: Mapping[str, Sequence[float]]) -> int:
@@ -142,11 +192,12 @@ def describe(rows: Sequence[Mapping[str, Any]], pooled: bool, targets: Mapping[s
             "over-covers (conservative)"
     else:
         word = "over-rejects" if side > 0 else "conservative (rejects less often than stated)"
-    by_n: dict[int, list[float]] = {}
+    by_design: dict[tuple[str, int], list[float]] = {}  # a replicated table's figures name its design
     for r in rows:
-        by_n.setdefault(int(r["n_articles"]), []).append(float(r["rate"]))
+        by_design.setdefault((str(r.get("design_tag", "")), int(r["n_articles"])), []).append(float(r["rate"]))
     unit = "" if kind == "coverage" else " of sweeps"
-    figures = ", ".join(f"{_span(v)}{unit} at {n} articles" for n, v in sorted(by_n.items()))
+    figures = ", ".join(f"{_span(v)}{unit} at {n} articles" + (f" ({tag})" if tag else "")
+                        for (tag, n), v in sorted(by_design.items(), key=lambda kv: (kv[0][1], kv[0][0])))
     what = "coverage" if kind == "coverage" else "a true null was rejected in"
     nominal = "95%" if kind == "coverage" else "5%"
     tail = "; descriptive only" if word == "far too narrow" else ""
@@ -162,10 +213,10 @@ def pooled_over_datasets(group_by: str, groupings: Iterable[str]) -> bool:
 
 def scoring_rows(what: str, level: str, method: str, pooled: bool,
                  records: Sequence[Mapping[str, Any]] | None = None,
-                 replicated: bool = False) -> list[Mapping[str, Any]]:
+                 adapters: int = 1) -> list[Mapping[str, Any]]:
     """The coverage-table records (default: the shipped ones of the sweep's design) that score a report row of
     this kind."""
-    records = _shipped(replicated) if records is None else records
+    records = _shipped(adapters) if records is None else records
     for (kind, lvl, meth, pool), prefixes in SCORED_BY:
         if kind == what and lvl in (None, level) and meth in (None, method) and pool in (None, pooled):
             return [r for r in records if any(str(r["key"]).startswith(p) for p in prefixes)]
@@ -173,10 +224,10 @@ def scoring_rows(what: str, level: str, method: str, pooled: bool,
 
 
 def calibration_label(what: str, level: str, method: str, pooled: bool,
-                      records: Sequence[Mapping[str, Any]] | None = None, replicated: bool = False) -> str:
-    """The label of a row of kind ``what`` ("fit", "specificity", "interaction" or "resampled <coefficient>",
-    e.g. "resampled slope"), or "" where the simulation found it at its stated rate (or did not measure it).
-    ``replicated``: the sweep's fine-tuned arms have several adapters each (reporting.items.Design.replicated), so the
-    replicated study scores it."""
-    return describe(scoring_rows(what, level, method, pooled, records, replicated), pooled, _targets(),
-                    _study(replicated))
+                      records: Sequence[Mapping[str, Any]] | None = None, adapters: int = 1) -> str:
+    """The label of a row of kind ``what`` (SCORED_BY's: "fit", "specificity", "interaction", "resampled
+    <coefficient>" such as "resampled slope", an arm's pooled Δ, Holm's family), or "" where the simulation found
+    it at its stated rate (or did not measure it). ``adapters``: the adapters of the sweep's replicated arms
+    (reporting.items.Design.adapters_per_arm; 1 when none is replicated), which choose the study that scores it."""
+    return describe(scoring_rows(what, level, method, pooled, records, adapters), pooled, _targets(),
+                    _study(adapters))

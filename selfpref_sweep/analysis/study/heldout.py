@@ -222,7 +222,7 @@ def score_sweep(design: HeldoutDesign, est: Any) -> dict[str, list[int]]:
     either way), the reported interaction test rejects, a null arm's Δ CI excludes its truth, an arm's Δ CI
     covers its truth."""
     counts: dict[str, list[int]] = {}
-    table = resampled_table(est.resampled, replicated=design.adapters_per_arm > 1)
+    table = resampled_table(est.resampled, adapters=design.adapters_per_arm)
     scale_key = {v: k for k, v in SCALE_NAMES.items()}  # the table prints a scale's display name
     for r in table[table["coefficient"] == _SHIFT_ROW].itertuples() if not table.empty else ():
         reading = "" if r.reading == "—" else str(r.reading)
