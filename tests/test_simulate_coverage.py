@@ -276,3 +276,23 @@ def test_each_adapter_s_own_rows_are_scored_against_its_own_truth():
     base = population.units[population.units["finetune_task"] == "none"]["evaluator_variant"].iloc[0]
     assert at["o"].loc[(spec.datasets[0], base), "pref_paper_mean"] == at["p"].loc[(spec.datasets[0], base),
                                                                                      "pref_paper_mean"]
+
+
+def test_an_arms_paper_scale_truth_averages_over_its_adapters_deviations():
+    """An arm's population value on the paper scale is the mean over training deviations of each adapter's own
+    expected score (here by Monte Carlo over many drawn deviations), not the score at the mean deviation; the
+    log-odds value and the base model (no adapters) are unchanged."""
+    spec = cm.CoverageDesign(adapters_per_arm=3, adapter_sd=1.6).spec("pairwise", 10)
+    population = cm.coverage_truth(spec).units.set_index(["dataset", "evaluator_variant"])
+    at_mean = cm.coverage_truth(spec, {}).units.set_index(["dataset", "evaluator_variant"])
+    arm = next(v.name(spec) for v in design.variants(spec) if v.finetune_task == "length")
+    row = (spec.datasets[0], arm)
+    draws = np.random.default_rng(0).normal(0.0, spec.adapter_sd, 400)
+    own = [cm.coverage_truth(spec, {arm: float(d)}).units.set_index(["dataset", "evaluator_variant"]).loc[
+        row, "pref_paper_mean"] for d in draws]
+    assert population.loc[row, "pref_paper_mean"] == pytest.approx(np.mean(own), abs=3 * np.std(own) / 20)
+    assert abs(population.loc[row, "pref_paper_mean"] - at_mean.loc[row, "pref_paper_mean"]) > 0.01  # the gap
+    assert population.loc[row, "pref_logodds_mean"] == at_mean.loc[row, "pref_logodds_mean"]
+    base = next(v.name(spec) for v in design.variants(spec) if v.finetune_task == "none")
+    assert population.loc[(spec.datasets[0], base), "pref_paper_mean"] == at_mean.loc[(spec.datasets[0], base),
+                                                                                       "pref_paper_mean"]

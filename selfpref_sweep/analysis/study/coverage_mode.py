@@ -36,8 +36,9 @@ from .design import (
 
 COVERAGE_SETTINGS = ("pairwise", "individual")
 # How a rep's counts were scored; a cached rep counted another way is drawn again. 2: each adapter's own rows
-# against its own truth (its drawn training deviation), no longer its arm's population value.
-SCORING = 2
+# against its own truth (its drawn training deviation), no longer its arm's population value. 3: an arm's
+# paper-scale population value averages over its adapters' deviations (coverage_truth).
+SCORING = 3
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,12 @@ def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> 
 def coverage_truth(spec: SimulationSpec, adapter_deviations: Mapping[str, float] | None = None) -> Truth:
     """The true cells, paper units and fine-tuned-vs-base Δs of a design, on both scales: the arms' population
     values, or with ``adapter_deviations`` (variant name -> its preference deviation, as drawn) each adapter's
-    own, which its per-adapter rows (cells, units, Δs) describe."""
+    own, which its per-adapter rows (cells, units, Δs) describe. An arm's population value on the paper scale
+    averages over its adapters' deviations (the mean of σ over them, not σ at their mean: they differ by a
+    Jensen gap that grows with the training SD); on log-odds the two agree."""
     rows = []
     for v in variants(spec):
+        spread = spec.adapter_sd if adapter_deviations is None and v.finetune_task != "none" else 0.0
         v = replace(v, preference=v.preference + (adapter_deviations or {}).get(v.name(spec), 0.0))
         for dataset in spec.datasets:
             coords = v.coordinates(spec, "", dataset)
@@ -117,7 +121,8 @@ def coverage_truth(spec: SimulationSpec, adapter_deviations: Mapping[str, float]
                 for q, signal, question in (("rec", v.recognition, "recognition"),
                                             ("pref", v.preference, "preference")):
                     row[f"{q}_logodds"] = signal + spec.source_effect(source)
-                    row[f"{q}_paper"] = expected_paper_score(signal, one, question, v.position_bias)
+                    row[f"{q}_paper"] = expected_paper_score(signal, one, question, v.position_bias,
+                                                             spread if question == "preference" else 0.0)
                 rows.append({**row, **true_accuracy(row["rec_logodds"], v.position_bias, spec)})
     points = pd.DataFrame(rows)
     values = [f"{q}_{s}" for s in ("paper", "logodds") for q in ("rec", "pref")]

@@ -176,13 +176,16 @@ _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # E[f(Z)], Z ~ N(0, 1
 
 
 def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "recognition",
-                         position_bias: float | None = None) -> float:
+                         position_bias: float | None = None, spread: float = 0.0) -> float:
     """E[½·(σ(s + β) + σ(s − β))] over the item's article effect and noise, averaged over the sources (their
-    effects): the paper-scale value a variant's unit converges to. β: spec.position_bias unless given."""
+    effects): the paper-scale value a variant's unit converges to. β: spec.position_bias unless given.
+    ``spread``: the SD of a shift common to all the unit's items, drawn once (an adapter's training deviation),
+    averaged over too: the population value of an arm whose adapters each drew one."""
     beta = spec.position_bias if position_bias is None else position_bias
     sd = spec.item_sd
     if question == "preference":  # it also carries item_slope × the recognition deviation
         sd *= math.sqrt(1.0 + spec.item_slope ** 2)
+    sd = math.hypot(sd, spread)
     out = []
     for shift in spec.source_effects or (0.0,):
         s = signal + shift + sd * _NODES
