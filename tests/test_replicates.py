@@ -204,8 +204,13 @@ def test_the_interval_uses_the_median_unbiased_training_variance():
 
 
 def test_an_arm_of_two_adapters_carries_its_measured_coverage():
-    from selfpref_sweep.analysis.report.unit_tables import TWO_ADAPTERS, arm_deltas_table
+    """With 2 adapters τ² rests on 1 df: the shipped 2-adapter designs find the preference interval under-covering
+    at large training SD, and each such arm's row carries those figures, named by SD."""
+    from selfpref_sweep.analysis.report.fit_tables import CALIBRATION_COL
+    from selfpref_sweep.analysis.report.unit_tables import arm_deltas_table
 
     spec = CoverageDesign(adapters_per_arm=2, adapter_sd=0.4).spec("pairwise", 10)
     table = arm_deltas_table(arm_deltas(draw_items(spec, np.random.default_rng(0))))
-    assert len(table) and table["note"].str.contains(TWO_ADAPTERS, regex=False).all()
+    labels = table[CALIBRATION_COL]
+    assert len(table) and labels.str.contains("Δ preference CI: under-covers", regex=False).all()
+    assert labels.str.contains("(training SD 1.6)", regex=False).all()

@@ -72,7 +72,7 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
     table = rows_table(arms, cols + [CALIBRATION_COL], lambda d: [
         d["setting"], d["label"], d["dataset"], d["arm"], d["transfer"], fmt_int(d["adapters"]),
         fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
-        "; ".join(x for x in (d["note"] or "", TWO_ADAPTERS if d["adapters"] == 2 else "") if x),
+        d["note"] or "",
         arm_label(int(d["adapters"]))])
     return drop_empty_calibration(table)
 
@@ -84,13 +84,6 @@ def arm_label(adapters: int) -> str:
               for what, kind in (("Δ recognition CI", ARM_RECOGNITION), ("Δ preference CI", ARM_PREFERENCE),
                                  ("Δ p", ARM_TEST)))
     return "; ".join(f"{what}: {label}" for what, label in labels if label)
-
-
-# stats/replicates.py's arm interval with 2 adapters: training variance on 1 df (docs/statistics.md, "Training
-# variance with few adapters": fresh-seed coverage by training SD at 10 and 20 articles).
-TWO_ADAPTERS = ("2 adapters: training variance rests on 1 df; where training moved the Δ itself the CI covered "
-                "89-92% at training SD 0.4-1.6 (96-97% at SD 0), for a nominal 95% (simulated, "
-                "docs/results/arm_interval_coverage.md): train 3 or more per arm")
 
 
 HOLM_ALPHA = 0.05  # the familywise level of the positive control's reading
