@@ -54,11 +54,17 @@ class Design:
     logodds_cells: bool  # some cell's summary has log-odds means
     per_source: bool = False  # some group of cells has two or more other sources (a family to Holm-adjust)
     measured: frozenset = frozenset()  # the measurements (by name) that some cell recorded
-    replicated: bool = False  # some fine-tuned arm has several adapters (seeds): arms.py pools them
-    adapters_per_arm: int = 1  # the fewest adapters of a replicated arm (1: none): chooses the labels' study
+    # The fewest adapters (seeds) of a fine-tuned arm that has several (1: none has): arms.py pools them, and the
+    # count chooses the coverage study that labels the report's rows.
+    adapters_per_arm: int = 1
     positive_control: bool = False  # some arm is a positive control (config.POSITIVE_CONTROL_TASKS)
     paper_trend: bool = False  # some base evaluator has a line of recognition fine-tunes (paper_trend.py)
     length_control: bool = False  # some preference-scored item has both summaries' word counts (length_control.py)
+
+    @property
+    def replicated(self) -> bool:
+        """Some fine-tuned arm has several adapters."""
+        return self.adapters_per_arm > 1
 
     @property
     def headline(self) -> bool:

@@ -63,15 +63,15 @@ def measurement_plots() -> dict[str, Any]:
 def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends: Sequence[Any],
               arms: pd.DataFrame | None = None, paper_trends: pd.DataFrame | None = None) -> Design:
     cells = data.cells
-    replicated = bool(arms is not None and not arms.empty and (arms["adapters"] > 1).any())
+    several = (arms.loc[arms["adapters"] > 1, "adapters"] if arms is not None and not arms.empty
+               else pd.Series(dtype=int))  # the adapter counts of the replicated arms
     per_condition = units.groupby(list(BY_CONDITION)).size() if not units.empty else pd.Series(dtype=int)
     return Design(
         label_pairs=has_label_pairs(data.items),
         max_condition_units=int(per_condition.max()) if len(per_condition) else 0,
         finetuned=bool(not units.empty and units["is_finetuned"].astype(bool).any()),
         diffs=not diffs.empty, trends=bool(trends),
-        replicated=replicated,
-        adapters_per_arm=int(arms.loc[arms["adapters"] > 1, "adapters"].min()) if replicated else 1,
+        adapters_per_arm=int(several.min()) if len(several) else 1,
         positive_control=bool(arms is not None and not arms.empty
                               and arms["finetune_task"].astype(str).isin(POSITIVE_CONTROLS).any()),
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),

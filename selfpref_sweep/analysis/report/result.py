@@ -51,7 +51,7 @@ class AnalysisResult:
     def adapters(self) -> int:
         """The adapters of the sweep's replicated arms (the fewest; 1 when none is replicated): they choose the
         coverage study whose figures label its rows (calibration.py)."""
-        return self.design.adapters_per_arm if self.replicated else 1
+        return self.design.adapters_per_arm if self.design is not None else 1
 
     def headline_fits(self, scale: str = "paper") -> list[FitResult]:
         """The paper-unit fits per setting × label (all datasets) on one scale."""

@@ -40,6 +40,13 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# Rows whose report item carries its own label rather than calibration.py's (key prefix -> where it is said).
+LABELLED_ELSEWHERE = {
+    "acc|all": "the recognition classifier's table text: its interval over both orders is conservative "
+               "(measurements/recognition_classifier/texts/overall_conservative.md)",
+}
+
+
 def design_name(payload: dict[str, Any], setting: str, n_articles: int) -> str:
     d = payload["design"]
     return f"{d['adapters_per_arm']} adapters, SD {d['adapter_sd']:g}, {setting}, {n_articles} articles"
@@ -115,13 +122,6 @@ def label_gaps(rows: Sequence[dict[str, Any]], adapters: int) -> list[str]:
     out += [f"{r['label']}: {100 * r['rate']:.1f}% ± {100 * (r['se'] or 0):.1f} (no label covers this row)"
             for r in rows if r["verdict"] == FAILS and not r["key"].startswith(scored)]
     return out
-
-
-# Rows whose report item carries its own label rather than calibration.py's (key prefix -> where it is said).
-LABELLED_ELSEWHERE = {
-    "acc|all": "the recognition classifier's table text: its interval over both orders is conservative "
-               "(measurements/recognition_classifier/texts/overall_conservative.md)",
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

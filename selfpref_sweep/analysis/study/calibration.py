@@ -130,6 +130,7 @@ def _design_tag(design: Mapping[str, Any]) -> str:
     return ", ".join([f"training SD {design.get('adapter_sd', 0):g}", *extra])
 
 
+@functools.cache  # every labelled report row reads it
 def _shipped(adapters: int = 1) -> tuple[dict[str, Any], ...]:
     """The rows of the tables that label a sweep with ``adapters`` adapters per replicated arm; a replicated
     table's rows carry its design (``design_tag``), which the label's figures name."""
