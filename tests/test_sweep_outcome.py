@@ -44,6 +44,11 @@ def test_a_failed_cell_gets_a_wandb_run_marked_failed(tmp_path, monkeypatch):
     track_failed_cell(OmegaConf.create({"mode": "offline", "project": "p", "entity": None, "tags": []}), cell,
                       "gpt35-vs-human", "group", {"evaluator": {"name": "gpt35", "api_key": secret}},
                       "ModelUnavailableError: the environment variable OPENAI_API_KEY is not set\n")
+    # finish() only informs W&B's service that the run ended; the service closes (flushes) the run's .wandb log
+    # later. Its teardown waits for every run's log to close, so the file is complete to read.
+    import wandb
+
+    wandb.teardown()
     runs = list(cell.glob("wandb/offline-run-*"))
     assert len(runs) == 1
     log = runs[0].glob("*.wandb").__next__().read_bytes()
