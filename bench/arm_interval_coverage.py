@@ -1,12 +1,15 @@
 """Coverage of an arm's pooled Δ interval (stats/replicates.pooled_delta) with few adapters, against the
-moment-τ² rule it replaced, on fresh draws.
+moment-τ² rule it replaced and a candidate df rule, on fresh draws.
 
     python bench/arm_interval_coverage.py --reps 1000 --seed 20261202
 
 k adapters of one arm judge the same articles (both sources): each item difference is the adapter's training
 deviation N(0, τ²) + a shared article effect N(0, 0.3²) + item noise N(0, 0.8²); the truth is 0. Per row: how
 often each rule's 95% interval covers it. The old rule: τ² by moments, truncated at 0, Welch-Satterthwaite df on
-its plug-in; the new: the median-unbiased τ² (stats/replicates.median_unbiased_tau2), same df rule.
+its plug-in; the new: the median-unbiased τ² (stats/replicates.median_unbiased_tau2), same df rule. The
+candidate (Hartung-Knapp's idea): the same variance, but where the adapters' spread exceeds what the articles put
+into it, the whole per-adapter part (the articles' share and training's) is read from that spread, on k - 1 df,
+and only the articles' common part keeps the articles' df; it is never narrower than the new rule.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from multiprocessing import Pool
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from selfpref_sweep.stats import replicates as R
 from selfpref_sweep.stats.clustered import ClusteredOLS
@@ -31,8 +35,9 @@ def frames(rng, k: int, tau: float, n_articles: int, noise: float = 0.8, article
                           + rng.normal(0, noise, len(ids))}) for _ in range(k)]
 
 
-def old_rule_covers(fr) -> bool:
-    """The replaced rule, from the same pieces replicate_contrast computes (one group, weights 1/k)."""
+def _pieces(fr) -> tuple[int, np.ndarray, float, float, float, float]:
+    """What replicate_contrast computes for one group, weights 1/k: k, the adapters' Δs, the articles' variance of
+    the mean and its df, the spread S and what the articles put into it, N."""
     k = len(fr)
     w = np.full(k, 1 / k)
     values, cells, articles, adapter_of = R._adapter_design(fr)
@@ -44,23 +49,44 @@ def old_rule_covers(fr) -> bool:
     art = ols.contrast(per_cell * w[adapter_of])
     spread = float(np.sum((deltas - deltas.mean()) ** 2))
     noise = sum(ols.contrast(per_cell * (np.eye(k)[a] - w)[adapter_of]).se ** 2 for a in range(k))
-    v_train = max(0.0, (spread - noise) / (k - 1)) * float(w @ w)
-    fit = R.two_part_t(float(w @ deltas), art.se ** 2, art.df, v_train, k - 1)
+    return k, deltas, art.se ** 2, art.df, spread, noise
+
+
+def old_rule_covers(fr) -> bool:
+    """The replaced rule, from the same pieces replicate_contrast computes (one group, weights 1/k)."""
+    k, deltas, v_art, df_art, spread, noise = _pieces(fr)
+    v_train = max(0.0, (spread - noise) / (k - 1)) / k
+    fit = R.two_part_t(float(deltas.mean()), v_art, df_art, v_train, k - 1)
+    return fit["ci_low"] <= 0 <= fit["ci_high"]
+
+
+def candidate_rule_covers(fr) -> bool:
+    """The candidate: per-adapter variance max(S/χ²_{k-1}(½), N/(k-1)) (the new rule's total, regrouped); where the
+    spread's term wins it is on k - 1 df and only the common part, v_art - N/(k(k-1)), on the articles' df."""
+    k, deltas, v_art, df_art, spread, noise = _pieces(fr)
+    own = noise / (k - 1)  # the articles' variance of one adapter's own part
+    total = spread / float(stats.chi2.ppf(0.5, k - 1))
+    if total <= own:
+        fit = R.pooled_delta(fr)
+    else:
+        fit = R.two_part_t(float(deltas.mean()), max(0.0, v_art - own / k), df_art, total / k, k - 1)
     return fit["ci_low"] <= 0 <= fit["ci_high"]
 
 
 def row(task: tuple) -> dict:
     k, tau, n, reps, seed = task
     rng = np.random.default_rng([seed, k, int(round(tau * 10)), n])
-    new, old = [], []
+    new, old, candidate = [], [], []
     for _ in range(reps):
         fr = frames(rng, k, tau, n)
         fit = R.pooled_delta(fr)
         new.append(fit["ci_low"] <= 0 <= fit["ci_high"])
         old.append(old_rule_covers(fr))
+        candidate.append(candidate_rule_covers(fr))
     p = float(np.mean(new))
     return {"adapters": k, "training SD": tau, "articles": n, "old rule": round(float(np.mean(old)), 3),
-            "new rule": round(p, 3), "MC SE": round(math.sqrt(p * (1 - p) / reps), 3)}
+            "new rule": round(p, 3), "candidate": round(float(np.mean(candidate)), 3),
+            "MC SE": round(math.sqrt(p * (1 - p) / reps), 3)}
 
 
 def main() -> None:
