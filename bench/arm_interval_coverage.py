@@ -52,22 +52,23 @@ def _pieces(fr) -> tuple[int, np.ndarray, float, float, float, float]:
     return k, deltas, art.se ** 2, art.df, spread, noise
 
 
-def old_rule_covers(fr) -> bool:
+def old_rule_covers(pieces: tuple) -> bool:
     """The replaced rule, from the same pieces replicate_contrast computes (one group, weights 1/k)."""
-    k, deltas, v_art, df_art, spread, noise = _pieces(fr)
+    k, deltas, v_art, df_art, spread, noise = pieces
     v_train = max(0.0, (spread - noise) / (k - 1)) / k
     fit = R.two_part_t(float(deltas.mean()), v_art, df_art, v_train, k - 1)
     return fit["ci_low"] <= 0 <= fit["ci_high"]
 
 
-def candidate_rule_covers(fr) -> bool:
+def candidate_rule_covers(pieces: tuple) -> bool:
     """The candidate: per-adapter variance max(S/χ²_{k-1}(½), N/(k-1)) (the new rule's total, regrouped); where the
-    spread's term wins it is on k - 1 df and only the common part, v_art - N/(k(k-1)), on the articles' df."""
-    k, deltas, v_art, df_art, spread, noise = _pieces(fr)
+    spread's term wins it is on k - 1 df and only the common part, v_art - N/(k(k-1)), on the articles' df.
+    Otherwise the new rule's τ² is 0 and both are the articles' interval."""
+    k, deltas, v_art, df_art, spread, noise = pieces
     own = noise / (k - 1)  # the articles' variance of one adapter's own part
     total = spread / float(stats.chi2.ppf(0.5, k - 1))
     if total <= own:
-        fit = R.pooled_delta(fr)
+        fit = R.two_part_t(float(deltas.mean()), v_art, df_art)
     else:
         fit = R.two_part_t(float(deltas.mean()), max(0.0, v_art - own / k), df_art, total / k, k - 1)
     return fit["ci_low"] <= 0 <= fit["ci_high"]
@@ -81,8 +82,9 @@ def row(task: tuple) -> dict:
         fr = frames(rng, k, tau, n)
         fit = R.pooled_delta(fr)
         new.append(fit["ci_low"] <= 0 <= fit["ci_high"])
-        old.append(old_rule_covers(fr))
-        candidate.append(candidate_rule_covers(fr))
+        pieces = _pieces(fr)
+        old.append(old_rule_covers(pieces))
+        candidate.append(candidate_rule_covers(pieces))
     p = float(np.mean(new))
     return {"adapters": k, "training SD": tau, "articles": n, "old rule": round(float(np.mean(old)), 3),
             "new rule": round(p, 3), "candidate": round(float(np.mean(candidate)), 3),
