@@ -9,13 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..records.authors import PAPER_KEY_BY_MODEL_NAME, PAPER_SOURCE_PREFIX
 from . import ModelConfig
 
-# The paper's key of a model that wrote some of its summaries, by model name, for configs without `paper_key`.
-PAPER_KEY_BY_MODEL_NAME = {"gpt35": "gpt35", "gpt4": "gpt4", "llama2": "llama", "llama": "llama", "claude": "claude"}
 HUMAN = "human"  # the dataset's reference summaries, as a source key
 OWN_GENERATED, OWN_DATASET, OWN_PATH = "generated", "dataset", "path"  # summary.json "own_summaries" kinds
-PAPER_SOURCE_PREFIX = "paper_"  # source=paper_<key> are the dataset's imported summaries <key>
 
 
 def paper_key_of(model_cfg: Any) -> str | None:

@@ -22,6 +22,8 @@ import yaml
 from ...measurements import CI_FIELDS as _CI_FIELDS
 from ...measurements import block as _block
 from ...measurements import number, numbers, registered
+from ...records.authors import ANCHOR, AUTHOR, CORRECT, FAMILY, JUDGE, SIDES, WORD_COUNT, output_facts, own_author
+from ...records.authors import author_key as _author_key
 from ...records.schema import CELL_DEFAULTS as _CELL_DEFAULTS
 from ...records.schema import (
     CELL_KEYS,
@@ -246,20 +248,49 @@ def _words(text: str | None) -> float:
     return float(word_count(text)) if isinstance(text, str) else math.nan
 
 
+def _bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _output_columns(item: Item, base: dict[str, Any]) -> dict[str, Any]:
+    """Who wrote each summary (the item's ``outputs`` block, else the cell's coordinates: records/authors.py) and
+    what a third party knows of each output: the net-of-quality estimators' inputs (analysis/self_bias/)."""
+    facts = output_facts(item.measured)
+    own, other = facts.get(SIDES[0], {}), facts.get(SIDES[1], {})
+    row = {"own_author": str(own.get(AUTHOR) or own_author(base.get("evaluator"), base.get("own_summaries"))),
+           "other_author": str(other.get(AUTHOR) or _author_key(base.get("source"))),
+           "judge_family": facts.get(JUDGE, {}).get(FAMILY)}
+    for side, f in zip(SIDES, (own, other), strict=True):
+        row.update({f"{side}_anchor": num(f.get(ANCHOR)), f"{side}_correct": _bool_or_none(f.get(CORRECT)),
+                    f"{side}_family": f.get(FAMILY)})
+        text = item.own_summary if side == SIDES[0] else item.other_summary
+        # Word counts of the two summaries as the judge saw them (the positive control's direction, the length
+        # control), or as the record states them where it carries no text.
+        row[f"{side}_words"] = _words(text) if isinstance(text, str) else num(f.get(WORD_COUNT))
+    return row
+
+
+def _side_values(verdict: Verdict | None) -> tuple[float, float]:
+    """An individual-setting verdict's two readings' values (each summary judged alone); NaN for a pair."""
+    summaries = verdict.summaries if verdict is not None else None
+    if not summaries:
+        return math.nan, math.nan
+    return tuple(num(getattr(summaries.get(side), "value", None)) for side in SIDES)  # type: ignore[return-value]
+
+
 def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
     """The item frame's rows of one cell's items."""
     rows: list[dict[str, Any]] = []
     measurements = registered()
     for item in items:
-        row = {**base, "article_id": item.article_id,
-               # Word counts of the two summaries as the judge saw them: the direction the positive control
-               # (prefer_longer, score_longer) was trained toward (positive_control.py).
-               "own_words": _words(item.own_summary), "other_words": _words(item.other_summary)}
+        row = {**base, "article_id": item.article_id, **_output_columns(item, base)}
         for q in QUESTIONS:
             p = QUESTION_PREFIX[q]
-            score = _score(item.verdicts.get(q))
+            verdict = item.verdicts.get(q)
+            score = _score(verdict)
             row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score,
                            strict=True))
+            row[f"{p}_own_value"], row[f"{p}_other_value"] = _side_values(verdict)
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
@@ -291,10 +322,17 @@ _ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
                          for k in ("score", "logodds", "excluded", "exclusion_reason"))
 
 
+# Each item's two outputs: authors, third-party facts (records/authors.py) and, individual setting, the values of
+# the two summaries judged alone per question.
+_ITEM_OUTPUT_COLS = ("own_author", "other_author", "judge_family", "own_anchor", "own_correct", "own_family",
+                     "other_anchor", "other_correct", "other_family")
+_ITEM_VALUE_COLS = tuple(f"{p}_{side}_value" for p in QUESTION_PREFIX.values() for side in SIDES)
+
+
 def item_columns() -> tuple[str, ...]:
     """The item frame's columns: the cell's coordinates, the two questions' scores, each measurement's."""
     return _ITEM_CELL_COLS + ("article_id", "own_words", "other_words") + _ITEM_SCORE_COLS + tuple(
-        c for m in registered() for c in m.item_column_names)
+        c for m in registered() for c in m.item_column_names) + _ITEM_OUTPUT_COLS + _ITEM_VALUE_COLS
 
 
 def _incomplete(record: CellRecord) -> tuple[str, str] | None:
