@@ -192,3 +192,51 @@ def test_the_command_exits_2_with_one_paragraph(tmp_path, capsys):
     assert imports_main(["jsonl", str(good), "--out", str(tmp_path / "sweep")]) == 0
     assert imports_main(["export", str(tmp_path / "sweep"), "--out", str(tmp_path / "back.jsonl")]) == 0
     assert json.loads((tmp_path / "back.jsonl").read_text())["score"] == 0.5
+
+
+FACTS = {"own_anchor": 4.5, "other_anchor": 3, "own_correct": True, "other_correct": False, "own_author": "gpt4",
+         "other_author": "human", "own_family": "openai", "other_family": "people", "judge_family": "openai"}
+
+
+def test_output_facts_go_into_the_outputs_block_and_round_trip(tmp_path):
+    lines = [_line("a1", "recognition", score=0.7, **FACTS),
+             _line("a1", "preference", score=0.6, own_anchor=4.5, other_correct=False, own_author="gpt4"),
+             _line("a2", "recognition", score=0.4, other_anchor=None, own_correct=None, judge_family="openai"),
+             _line("a3", "recognition", score=0.5)]
+    src = _write(tmp_path / "in" / "facts.jsonl", lines)
+    out = tmp_path / "sweep"
+    import_jsonl(src, out)
+    items = [json.loads(x) for x in (out / "pairwise/label_none/xsum/gpt4/human/results.jsonl").open()]
+    assert items[0]["outputs"] == {
+        "own": {"author": "gpt4", "anchor": 4.5, "correct": True, "family": "openai"},
+        "other": {"author": "human", "anchor": 3.0, "correct": False, "family": "people"},
+        "judge": {"family": "openai"}}
+    assert items[1]["outputs"] == {"judge": {"family": "openai"}}  # nulls are not given
+    assert "outputs" not in items[2]
+    exported = tmp_path / "again" / "facts.jsonl"
+    export_jsonl(out, exported)
+    back = [json.loads(x) for x in exported.open()]
+    assert {k: back[0][k] for k in FACTS} == {**FACTS, "other_anchor": 3.0}
+    assert not any(k in back[-1] for k in FACTS)
+    again = tmp_path / "sweep2"
+    import_jsonl(exported, again)
+    assert _cell_files(again) == _cell_files(out)
+
+
+@pytest.mark.parametrize("field, value", [("own_anchor", "high"), ("other_anchor", True), ("own_correct", 1),
+                                          ("other_correct", "yes"), ("own_author", 3), ("judge_family", "")])
+def test_a_fact_of_the_wrong_type_is_an_error(tmp_path, field, value):
+    src = _write(tmp_path / "bad.jsonl", [_line("a1", "recognition", score=0.5),
+                                          _line("a2", "recognition", score=0.5, **{field: value})])
+    with pytest.raises(ImportInputError, match=f"bad.jsonl, line 2: '{field}'"):
+        import_jsonl(src, tmp_path / "sweep")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl"]
+
+
+def test_two_lines_of_one_item_giving_a_fact_two_values_is_an_error(tmp_path):
+    src = _write(tmp_path / "bad.jsonl", [_line("a1", "recognition", score=0.5, own_anchor=4),
+                                          _line("a2", "recognition", score=0.5),
+                                          _line("a1", "preference", score=0.5, own_anchor=3.5)])
+    with pytest.raises(ImportInputError, match="bad.jsonl, lines 1 and 3: two different own_anchor"):
+        import_jsonl(src, tmp_path / "sweep")
+    assert not (tmp_path / "sweep").exists()

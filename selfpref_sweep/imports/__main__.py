@@ -1,5 +1,6 @@
-"""`python -m selfpref_sweep.imports paper ROOT --out SWEEP`, `... jsonl FILE --out SWEEP`, `... export SWEEP
---out FILE`: judgements made elsewhere as a sweep the analysis reads (see docs/import_formats.md)."""
+"""`python -m selfpref_sweep.imports paper ROOT --out SWEEP`, `... jsonl FILE --out SWEEP`, `... ratings FILE --out
+SWEEP --columns ...`, `... export SWEEP --out FILE`: judgements made elsewhere as a sweep the analysis reads (see
+docs/import_formats.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,14 @@ def _parser() -> argparse.ArgumentParser:
                                     "(each judgement file X.json may be X.json.xz)")
     jsonl = sub.add_parser("jsonl", help="per-item JSONL, one line per item and question (docs/import_formats.md)")
     jsonl.add_argument("file")
-    for p in (paper, jsonl):
+    ratings = sub.add_parser("ratings", help="judge ratings in long form, one row per judge and output (CSV or JSONL; "
+                                             "docs/import_formats.md)")
+    ratings.add_argument("file", help="a .csv with a header row, or .jsonl / .json with one object per line")
+    ratings.add_argument("--columns", required=True,
+                         help="which column holds what: judge=COL,author=COL,item=COL,score=COL, optionally "
+                              "human=COL (an anchor score), dataset=COL, correct=COL, length=COL, text=COL")
+    ratings.add_argument("--families", help="a JSON object {name: family} or a CSV of rows name,family")
+    for p in (paper, jsonl, ratings):
         p.add_argument("--out", required=True, help="the sweep folder to write")
         p.add_argument("--replace", action="store_true",
                        help="replace an existing --out (the new sweep is swapped in only when complete)")
@@ -48,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .jsonl_format import import_jsonl
 
             print(import_jsonl(args.file, args.out, args.replace))
+        elif args.command == "ratings":
+            from .ratings_format import import_ratings
+
+            done = import_ratings(args.file, args.out, args.columns, args.replace, args.families)
+            print(f"Imported {done['n_rows']} rows: {done['n_cells']} cells, {done['n_items']} items -> {args.out} "
+                  f"({time.perf_counter() - start:.1f} s)")
+            print(f"Rows by where they went: {done['rows']}")
+            print(f"Exclusions (manifest import.json): {done['exclusions'] or 'none'}")
         else:
             from .jsonl_format import export_jsonl
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..config import LabelName, SettingName
 from ..records.atomic import atomic_write_text
+from ..records.authors import ANCHOR, AUTHOR, CORRECT, FAMILY, JUDGE, OUTPUTS_KEY, SIDES, output_facts
 from ..records.schema import QUESTIONS, CellCoordinates, CellRecord, Item, Verdict, read_cell, transfer_of
 from ..records.sweep_dirs import find_cell_dirs
 from . import readings as R
@@ -35,6 +36,9 @@ FINETUNE_KEYS = ("task", "dataset", "n_articles", "seed")
 PROB_FIELDS = {"pairwise": ("forward", "backward"), "individual": ("own", "other")}
 ANSWERS = {("pairwise", "recognition"): R.PAIR_ANSWERS, ("pairwise", "preference"): R.PAIR_ANSWERS,
            ("individual", "recognition"): R.YES_NO, ("individual", "preference"): R.SCORES}
+# The facts about the item's two outputs a line may give (records/authors.py): field -> (side, fact).
+FACT_FIELDS = {f"{side}_{fact}": (side, fact) for side in SIDES for fact in (AUTHOR, ANCHOR, CORRECT, FAMILY)}
+FACT_FIELDS[f"{JUDGE}_{FAMILY}"] = (JUDGE, FAMILY)
 _HELP = "Nothing was written; the format is in docs/import_formats.md (Per-item JSONL)."
 
 
@@ -67,6 +71,7 @@ class Line:
     own_summary: str | None
     other_summary: str | None
     origin: Any
+    facts: dict[str, Any]  # the output facts the line gives (FACT_FIELDS), nulls left out
 
 
 def read_lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -219,6 +224,29 @@ def line_verdict(obj: Mapping[str, Any], setting: str, question: str, where: str
     return R.stored_pair(stored)
 
 
+def fact_value(fact: str, value: Any) -> tuple[Any, str]:
+    """(the fact's value, or None when ``value`` is not of its type; what the type is): an anchor is a finite
+    number (as a float), correct a boolean, an author or family a non-empty string."""
+    if fact == ANCHOR:
+        return R.finite(value), "a finite number"
+    if fact == CORRECT:
+        return (value if isinstance(value, bool) else None), "true or false"
+    return (value if isinstance(value, str) and value else None), "a non-empty string"
+
+
+def line_facts(obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The output facts a line gives (null: not given); a value not of the fact's type is an error."""
+    out: dict[str, Any] = {}
+    for name, (_side, fact) in FACT_FIELDS.items():
+        if obj.get(name) is None:
+            continue
+        value, kind = fact_value(fact, obj[name])
+        if value is None:
+            raise _bad(where, f"{name!r} must be {kind} or null, found {obj[name]!r}")
+        out[name] = value
+    return out
+
+
 def parse_line(path: Path, number: int, obj: Mapping[str, Any]) -> Line:
     """One line, validated (an error names the file and the line)."""
     where = f"{path}, line {number}"
@@ -229,7 +257,7 @@ def parse_line(path: Path, number: int, obj: Mapping[str, Any]) -> Line:
     key = CellKey(*head[:3], setting, label, _finetune(obj.get("finetune"), where))
     return Line(number, key, head[3], question, line_verdict(obj, setting, question, where),
                 _text(obj, "own_summary", where, False), _text(obj, "other_summary", where, False),
-                obj.get("origin"))
+                obj.get("origin"), line_facts(obj, where))
 
 
 # ------------------------------------------------------------------------------------------ the cells
@@ -299,6 +327,24 @@ def item_texts(by_q: Mapping[str, Line], path: Path) -> tuple[str | None, str | 
     return out[0], out[1]
 
 
+def item_outputs(by_q: Mapping[str, Line], path: Path) -> dict[str, dict[str, Any]]:
+    """The item's ``outputs`` block from its lines' facts (side -> {fact: value}; {} when none gives one); two lines
+    giving one fact different values is an error naming both lines."""
+    first: dict[str, Line] = {}
+    for line in sorted(by_q.values(), key=lambda x: x.number):
+        for name, value in line.facts.items():
+            earlier = first.setdefault(name, line)
+            if earlier.facts[name] != value:
+                raise ImportInputError(f"{path}, lines {earlier.number} and {line.number}: two different {name} "
+                                       f"values ({earlier.facts[name]!r} and {value!r}) for one item; give the same "
+                                       f"value (or leave it out). {_HELP}")
+    out: dict[str, dict[str, Any]] = {}
+    for name, (side, fact) in FACT_FIELDS.items():
+        if name in first:
+            out.setdefault(side, {})[fact] = first[name].facts[name]
+    return {side: out[side] for side in (*SIDES, JUDGE) if side in out}
+
+
 def provenance(file_name: str, by_q: Mapping[str, Line], questions: Sequence[str]) -> dict[str, Any]:
     """The item's origin: the file and its lines, and any origin the lines gave (under ``given``). An origin that
     is already an import's provenance (what export_jsonl writes) is kept as it is, so a re-imported export
@@ -338,8 +384,10 @@ def build_cell(key: CellKey, articles: Mapping[str, Mapping[str, Line]], path: P
             else:
                 verdicts[q], missing[q] = R.excluded(NOT_IN_FILE), missing[q] + 1
         own, other = item_texts(by_q, path)
+        outputs = item_outputs(by_q, path)
         cell.items.append(Item(article_id, key.evaluator, key.source, key.dataset, None, False, own, other,
-                               verdicts, {ORIGIN_KEY: provenance(file_name, by_q, questions)}))
+                               verdicts, {ORIGIN_KEY: provenance(file_name, by_q, questions),
+                                          **({OUTPUTS_KEY: outputs} if outputs else {})}))
     cell.warnings += [f"{n} item(s) have no {q} line in {file_name}: excluded as {NOT_IN_FILE}"
                       for q, n in missing.items()]
     return cell
@@ -382,6 +430,17 @@ def verdict_fields(verdict: Verdict, setting: str) -> dict[str, Any]:
     return {**why, **score} if verdict.excluded else {"score": verdict.score}
 
 
+def fact_fields(item: Item) -> dict[str, Any]:
+    """The item's output facts as a line's fields (those the format carries, of the types it takes)."""
+    facts = output_facts(item.measured)
+    out = {}
+    for name, (side, fact) in FACT_FIELDS.items():
+        value = fact_value(fact, facts.get(side, {}).get(fact))[0]
+        if value is not None:
+            out[name] = value
+    return out
+
+
 def _finetune_json(record: CellRecord) -> dict[str, Any] | None:
     cell = record.summary.cell
     if cell.get("finetune_task") in (None, "none"):
@@ -399,13 +458,13 @@ def cell_lines(record: CellRecord) -> list[dict[str, Any]]:
     out = []
     for item in record.items:
         texts = {k: getattr(item, k) for k in ("own_summary", "other_summary") if getattr(item, k) is not None}
-        origin = item.measured.get(ORIGIN_KEY)
+        origin, facts = item.measured.get(ORIGIN_KEY), fact_fields(item)
         for q in QUESTIONS:
             verdict = item.verdicts.get(q)
             if verdict is None or (verdict.exclusion_reason == NOT_IN_FILE and not verdict.readings()):
                 continue
             out.append({**head, "article_id": item.article_id, "question": q, "setting": setting, "label": label,
-                        "finetune": finetune, **verdict_fields(verdict, setting), **texts,
+                        "finetune": finetune, **verdict_fields(verdict, setting), **texts, **facts,
                         **({} if origin is None else {"origin": origin})})
     return out
 
