@@ -60,6 +60,9 @@ class Design:
     positive_control: bool = False  # some arm is a positive control (config.POSITIVE_CONTROL_TASKS)
     paper_trend: bool = False  # some base evaluator has a line of recognition fine-tunes (paper_trend.py)
     length_control: bool = False  # some preference-scored item has both summaries' word counts (length_control.py)
+    # Two or more base judges in one group, or anchored or checkable outputs: self-preference net of quality
+    # (analysis/self_bias/).
+    self_bias: bool = False
 
     @property
     def replicated(self) -> bool:

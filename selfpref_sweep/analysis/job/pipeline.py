@@ -35,6 +35,7 @@ from ..report.plots import make_plots
 from ..report.render import write_report
 from ..report.result import AnalysisResult
 from ..report.summary_box import summary_box
+from ..self_bias.net_bias import self_bias_frame
 from ..study.calibration import calibration_label, pooled_over_datasets
 from ..sweep.load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData, load_sweeps
 from ..sweep.report_modules import failed_judges, judge_gates
@@ -301,6 +302,8 @@ def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequ
         labels=label_vs_reference(data.items) if design.label_pairs else pd.DataFrame(columns=LABEL_COLUMNS),
         length_control=length_controlled(data.items) if design.length_control else empty_length_control(),
     )
+    if design.self_bias:
+        result.self_bias, result.self_bias_notes = self_bias_frame(data.items)
     result.tables = R.build_tables(result)
     return result
 

@@ -25,6 +25,7 @@ from ..estimate.estimates import POSITIVE_CONTROLS
 from ..estimate.length_control import has_word_counts
 from ..estimate.paired import LABEL_REFERENCE, has_label_pairs
 from ..estimate.per_source import has_sources
+from ..self_bias.net_bias import applies as self_bias_applies
 from ..study.calibration import HOLM_FWER, calibration_label
 from ..sweep.load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
 from ..sweep.report_modules import measurement_reports, recorded, report_module
@@ -33,6 +34,7 @@ from . import fit_tables as F
 from . import judge_controls as J
 from . import length_control_section as LC
 from . import per_source_section as S
+from . import self_bias_section as SB
 from . import unit_tables as U
 from .result import AnalysisResult
 
@@ -52,7 +54,7 @@ MEASUREMENTS_AFTER = "per_source"
 def data_modules() -> list[ModuleType]:
     """The modules whose own data files and regressions.json sections the analysis writes (``data_files`` and
     ``json_sections`` of the result): each measurement's report module, and the core's length control."""
-    return [mod for _, mod in measurement_reports()] + [LC]
+    return [mod for _, mod in measurement_reports()] + [LC, SB]
 
 
 def measurement_plots() -> dict[str, Any]:
@@ -77,6 +79,7 @@ def design_of(data: SweepData, units: pd.DataFrame, diffs: pd.DataFrame, trends:
         logodds_cells=bool(not cells.empty and cells["rec_logodds_mean"].notna().any()),
         per_source=has_sources(cells),
         length_control=has_word_counts(data.items),
+        self_bias=self_bias_applies(data.items),
         paper_trend=bool(paper_trends is not None and not paper_trends.empty),
         measured=frozenset(m.name for m in registered() if recorded(m, report_module(m), cells)),
     )
@@ -199,6 +202,7 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
     ReportItem(J.NAME, J.SECTION, J.text, lambda r: J.judge_controls_table(r.data.cells),
                applies=J.applies, to_wandb=REPORT_TABLE),
     ReportItem(LC.NAME, LC.SECTION, LC.text, LC.table, applies=lambda d: d.length_control),
+    ReportItem(SB.NAME, SB.SECTION, SB.text, SB.table, applies=lambda d: d.self_bias),
     ReportItem(S.NAME, S.SECTION, lambda r: S.per_source_text(r.data.cells),
                lambda r: S.per_source_table(r.data.cells, r.data.items), applies=lambda d: d.per_source),
     ReportItem("heatmaps", "Evaluator × source heatmaps", plots=("heatmap_recognition", "heatmap_preference"),

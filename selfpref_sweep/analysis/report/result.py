@@ -16,6 +16,7 @@ from ..estimate.finetune_tests import RECOGNITION_TASKS
 from ..estimate.fit import FitResult
 from ..estimate.length_control import empty_frame as empty_length_control
 from ..estimate.paired import LABEL_COLUMNS
+from ..self_bias.net_bias import empty_frame as empty_self_bias
 from ..sweep.load import SweepData
 
 
@@ -38,6 +39,10 @@ class AnalysisResult:
     labels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LABEL_COLUMNS))
     # Per paper unit and scale, the self-preference with the length difference regressed out (length_control.py).
     length_control: pd.DataFrame = field(default_factory=empty_length_control)
+    # Per judge, group, estimator and scale, the self term net of quality (self_bias/net_bias.py), and the notes on
+    # its inputs (judges left out, repeated ratings merged).
+    self_bias: pd.DataFrame = field(default_factory=empty_self_bias)
+    self_bias_notes: list[str] = field(default_factory=list)
     wandb_status: str = ""
     files: list[Path] = field(default_factory=list)
 

@@ -20,6 +20,7 @@ from ...reporting.regression import MIN_POINTS
 from ..estimate import paper_trend
 from ..estimate.resample import REPORTED, SLOPE
 from ..sweep.report_modules import judge_gates
+from . import self_bias_section as SB
 from .result import AnalysisResult
 
 MAX_CELLS_LISTED = 6  # up to this many cells, the headline lists each; beyond, it counts them
@@ -75,7 +76,7 @@ def _numbers(result: AnalysisResult, cells: pd.DataFrame) -> str:
         text = " ".join(f"{q.capitalize()}: the CI lies above 0.5 in {_count(cells, p, 'above 0.5')}, below in "
                         f"{_count(cells, p, 'below 0.5')} and includes 0.5 in {_count(cells, p, 'includes 0.5')} of "
                         f"{len(cells)} cells." for q, p in QUESTION_PREFIX.items())
-    fit = " ".join(x for x in (_headline_fit(result), _trend_numbers(result)) if x)
+    fit = " ".join(x for x in (_headline_fit(result), _trend_numbers(result), SB.summary_line(result)) if x)
     return text + (f" {fit}" if fit else "")
 
 
