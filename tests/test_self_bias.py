@@ -17,7 +17,7 @@ import pytest
 import statsmodels.formula.api as smf
 
 from selfpref_sweep.analysis.self_bias import cross_judge
-from selfpref_sweep.analysis.self_bias.net_bias import COLUMNS, self_bias_frame
+from selfpref_sweep.analysis.self_bias.net_bias import COLUMNS, PAPER_SCALE_NO_WORD, self_bias_frame
 from selfpref_sweep.analysis.study.net_bias_study import DESIGNS, draw_items, truths
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "paper-data"
@@ -52,6 +52,9 @@ def test_the_paper_scale_is_read_as_a_share_between_equal_outputs():
     frame, _ = self_bias_frame(draw_items(d, np.random.default_rng(4)))
     paper = _pooled(frame, "paper")
     assert (paper["null"] == 0.5).all()
+    # No word on the paper's scale (it comes from the log-odds scale); here the fit test rejects it anyway.
+    assert paper["verdict"].isin([PAPER_SCALE_NO_WORD]).all() or paper["verdict"].str.startswith("no single").all()
+    assert not paper["verdict"].str.contains("favours").any()
     truth = truths(d, d.kappa, seed=5, articles=20_000)
     for judge in d.judges:  # the pseudo-true κ: the additive fit to the population cell means
         row = paper.loc[judge]

@@ -72,6 +72,8 @@ def _group_sentence(sub: pd.DataFrame) -> str:
     fit_p = first["fit_p"]
     if isinstance(fit_p, float) and math.isfinite(fit_p) and fit_p < 0.05:
         tail = f"the additive model does not fit (p {fmt_p(fit_p)}): the references disagree, no single verdict"
+    elif scale == "paper":
+        tail = "no verdict: the paper's scale is not additive, and these records have no log-odds"
     else:
         words = [f"{r.judge} {r.verdict}" for r in rows.itertuples() if r.verdict]
         tail = "; ".join(words) or "no verdict"

@@ -30,6 +30,10 @@ CROSS_JUDGE, HUMAN_ANCHORED, VERIFIABLE = "cross_judge", "human_anchored", "veri
 COLUMNS = [*GROUP_KEYS[:3], "judge", "estimator", "question", "scale", "term", "reference", "estimate", "ci_low",
            "ci_high", "p", "p_holm", "null", "n_items", "n_own", "n_articles", "fit_F", "fit_df1", "fit_df2", "fit_p",
            "fit_note", "verdict", "note"]
+# Probabilities are not additive: with qualities apart, the additive fit's κ on the paper's scale is not 0 for a judge
+# with no self-preference, and its test fired far above 5% in the calibration study (docs/coverage.md). Its number
+# is a description; the word comes from the log-odds scale only.
+PAPER_SCALE_NO_WORD = "no verdict on the paper's scale (not additive: read the log-odds row)"
 # A term's verdict words: (above no bias, below it).
 _WORDS = {"self": ("favours its own", "disfavours its own"), "family": ("favours its family", "disfavours its family"),
           "harmful_excess": ("picks its own wrong output more often than the other judge does",
@@ -79,6 +83,8 @@ def verdict(row: pd.Series) -> str:
         return ""  # a rate; its yardstick is the harmful_excess row
     if row["estimator"] == CROSS_JUDGE and _finite(row["fit_p"]) and row["fit_p"] < ALPHA:
         return f"no single verdict: the additive model does not fit (fit test p {_p(row['fit_p'])}); read per reference"
+    if row["estimator"] == CROSS_JUDGE and row["scale"] == "paper" and _finite(row["p_holm"]):
+        return PAPER_SCALE_NO_WORD
     p = row["p_holm"]
     if not _finite(p):
         return ""

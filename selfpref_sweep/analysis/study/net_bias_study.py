@@ -161,10 +161,12 @@ def _score_rep(frame: pd.DataFrame, truth: dict, d: NetBiasDesign, kappa: Sequen
         key = f"cover|{r.scale}|{'pooled' if r.reference == cross_judge.POOLED_REFERENCE else 'reference'}"
         out.setdefault(key, []).append(bool(ok and r.ci_low <= t <= r.ci_high))
     for scale, sub in rows[rows["reference"] == cross_judge.POOLED_REFERENCE].groupby("scale"):
-        # Family-wise, as Holm promises: some judge with κ = 0 given a word in this sweep.
-        words = sub.loc[sub["judge"].isin(zero), "verdict"].astype(str)
-        if len(words):
-            out[f"size|{scale}"] = [bool(words.str.contains("favours").any())]
+        # Family-wise, as Holm promises: the test a word comes from (Holm p, and the fit test not rejecting) fires
+        # for some judge with κ = 0. On the paper's scale the report prints no word; this is why.
+        nulls = sub[sub["judge"].isin(zero)]
+        if len(nulls):
+            fit_ok = ~(nulls["fit_p"] < 0.05)
+            out[f"size|{scale}"] = [bool(((nulls["p_holm"] < 0.05) & fit_ok).any())]
     for scale, sub in rows.groupby("scale"):
         p = sub["fit_p"].iloc[0]
         if math.isfinite(p):
@@ -186,7 +188,7 @@ def run(d: NetBiasDesign, reps: int, seed: int, null: bool = False) -> pd.DataFr
 
 
 _LABELS = {"cover": ("coverage", "κ 95% CI covers the truth"),
-           "size": ("size", "a verdict word for some judge whose κ = 0 (family-wise)"),
+           "size": ("size", "the verdict's test fires for some judge whose κ = 0 (family-wise)"),
            "fit": ("fit", "fit test rejects at 5%")}
 
 
