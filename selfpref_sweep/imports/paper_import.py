@@ -57,11 +57,16 @@ def _warnings(model: F.PaperModel, kind: str) -> list[str]:
         out.append(DEFECT_LLAMA_FORMULAS)
     if model.base != "llama" and kind in (F.PAIRWISE, F.LABEL):
         out.append(DEFECT_GPT_TOP1)
-    if model.base == "llama" and kind == F.LABEL:
+    if _one_order(model, kind):
         out.append(DEFECT_LLAMA_LABEL_ORDER)
     if kind == F.RECOGNITION and model.base != "llama":
         out.append(DEFECT_INDIVIDUAL_DROP)
     return out
+
+
+def _one_order(model: F.PaperModel, kind: str) -> bool:
+    """Whether the group's runs asked one order only, own summary first: the Llama label runs."""
+    return model.base == "llama" and kind == F.LABEL
 
 
 class _Context:
@@ -219,11 +224,11 @@ def _label(ctx: _Context, pf: F.PaperFile, unlabelled: F.PaperFile | None) -> No
     from the unlabelled pairwise run of the same evaluator on the same items."""
     index, left = _rows_of(ctx, pf, "model")
     rec_index, _ = _rows_of(ctx, unlabelled, "model")
-    complement = P.stores_complement(pf)
+    complement, one_order = P.stores_complement(pf), _one_order(pf.model, F.LABEL)
 
     def judge(article: str, source: str):
         hit, rec_hit = index.get((article, source)), rec_index.get((article, source))
-        pref = P.excluded_no_row() if hit is None else P.label_verdict(hit[1], complement, {})
+        pref = P.excluded_no_row() if hit is None else P.label_verdict(hit[1], complement, {}, one_order)
         rec = (P.excluded_no_row() if rec_hit is None
                else P.pairwise_verdict(rec_hit[1], "recognition", {"from_file": unlabelled.rel}))
         return {"recognition": rec, "preference": pref}, {"label": hit and hit[0], "pairwise": rec_hit and rec_hit[0]}

@@ -11,7 +11,8 @@ reading made wherever the stored fields allow it.
 - Individual rows: each summary's P(Yes) (or its top two answers' probabilities, ``res``, in the fine-tunes'
   files) and its 1-5 score distribution; own / (own + other) per article, as the authors' notebook reads it.
 - Label rows: the stored preference is P(own) in some files and 1 - P(own) in others (the wrong-label runs on
-  XSUM); the project's reading is always P(the evaluator's actual own summary).
+  XSUM); the project's reading is always P(the evaluator's actual own summary). The Llama label runs asked one
+  order (own summary first): their verdicts hold that order alone.
 """
 
 from __future__ import annotations
@@ -89,9 +90,12 @@ def pairwise_verdict(row: Mapping[str, Any], question: str, origin: dict[str, An
     return R.stored_pair(stored, consistent, **extra)
 
 
-def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: dict[str, Any]) -> Verdict:
+def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: dict[str, Any],
+                  one_order: bool = False) -> Verdict:
     """The preference of a label-condition row, as P(own): the stored value, or 1 minus it in the files that
-    store the complement."""
+    store the complement. ``one_order``: the run asked the own-first order only (the Llama label runs), and the
+    stored value is that order's P("1") renormalised, so the verdict records it as its one order (``orders``
+    holds "forward" alone), which the label comparison reads to compare it with the same order unlabelled."""
     stored = R.finite(row.get("self_preference"))
     extra = {"authors_top_tokens": [row.get("forward_comparison"), row.get("backward_comparison")],
              "authors_stores_complement": stores_complement, **origin}
@@ -105,6 +109,8 @@ def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: dict[
     value = 1.0 - stored if stores_complement else stored
     verdict = R.stored_pair(value, None if tokens == (None, None) else _token_choice(*tokens), **extra)
     verdict.extra[R.IMPORTED_SCORE] = stored
+    if one_order:
+        verdict.orders = {"forward": R.order_reading({"1": value, "2": 1.0 - value}, 1)}
     return verdict
 
 

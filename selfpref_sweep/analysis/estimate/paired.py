@@ -352,7 +352,16 @@ def _trend(base: TrendResult, x: np.ndarray, frames: list[pd.DataFrame], confide
 LABEL_REFERENCE = "none"  # conf/label/none.yaml: no source labels
 _LABEL_UNIT = ("setting", "dataset", "evaluator_variant")
 _LABEL_SIDES = ("pref", "pref_ref", "dpref")  # preference under the label, under the reference, their Δ
-LABEL_COLUMNS = [*_LABEL_UNIT, "label", "reference", "sources", "n_articles", "n_items", "note"] + [
+# Which orders a label run asked, and so what it is compared on: a run that asked one order only (the paper's Llama
+# label runs: own summary first) is compared with the reference's same order, never with its two-order mean, which
+# holds a position bias the one order does not cancel (and the other way round). The items frame's
+# pref_forward_score / pref_backward_score (sweep/load.py) are each order's P(own); one order has no log-odds.
+BOTH_ORDERS = "both"
+ONE_ORDER = {"forward": "own summary first", "backward": "own summary second"}
+ONE_ORDER_NOTE = ("one order asked ({order}): compared with the {reference} run's same order, on the paper's scale "
+                  "only (one order's score is not position-debiased, so it has no log-odds)")
+NO_SAME_ORDER = "the {reference} run holds no per-order readings, so there is no same-order comparison"
+LABEL_COLUMNS = [*_LABEL_UNIT, "label", "reference", "orders", "sources", "n_articles", "n_items", "note"] + [
     f"{side}_{s}_{k}" for s in SCALES for side in _LABEL_SIDES for k in ("mean", "ci_low", "ci_high")] + [
     f"dpref_{s}_{k}" for s in SCALES for k in ("p", "p_holm")]
 
@@ -380,8 +389,10 @@ def label_vs_reference(items: pd.DataFrame, reference: str = LABEL_REFERENCE, *,
     for key, unit in kept.groupby(list(_LABEL_UNIT), sort=True):
         ref = unit[unit["label"] == reference]
         for label, sub in unit[unit["label"] != reference].groupby("label", sort=True):
-            row = {**dict(zip(_LABEL_UNIT, key, strict=True)), "label": label, "reference": reference}
-            rows.append({**row, **_label_fields(sub, ref, reference, confidence)})
+            orders = orders_asked(sub)
+            row = {**dict(zip(_LABEL_UNIT, key, strict=True)), "label": label, "reference": reference,
+                   "orders": orders}
+            rows.append({**row, **_label_fields(sub, ref, reference, confidence, orders)})
     out = pd.DataFrame(rows, columns=LABEL_COLUMNS)
     for scale in SCALES:
         col = f"dpref_{scale}_p"
@@ -393,13 +404,36 @@ def label_vs_reference(items: pd.DataFrame, reference: str = LABEL_REFERENCE, *,
     return out
 
 
-def _label_fields(sub: pd.DataFrame, ref: pd.DataFrame, reference: str, confidence: float) -> dict[str, Any]:
-    """The counts, means, CIs and Δ of one label condition against the reference on their shared items."""
+def orders_asked(sub: pd.DataFrame) -> str:
+    """"forward" or "backward" where every item of ``sub`` holds that order of its preference verdict alone (a
+    run that asked one order); BOTH_ORDERS otherwise (both orders, or no per-order readings: the verdict's score)."""
+    cols = [f"pref_{order}_score" for order in ONE_ORDER]
+    if sub.empty or not set(cols) <= set(sub.columns):
+        return BOTH_ORDERS
+    has = {order: sub[col].notna() for order, col in zip(ONE_ORDER, cols, strict=True)}
+    for order, other in (("forward", "backward"), ("backward", "forward")):
+        if (has[order] & ~has[other]).all():
+            return order
+    return BOTH_ORDERS
+
+
+def _compared_columns(orders: str) -> dict[str, str | None]:
+    """Per scale, the preference column both conditions are compared on (None: not compared on that scale)."""
+    if orders == BOTH_ORDERS:
+        return {scale: f"pref_{col}" for scale, col in SCALES.items()}
+    return {"paper": f"pref_{orders}_score", "logodds": None}
+
+
+def _label_fields(sub: pd.DataFrame, ref: pd.DataFrame, reference: str, confidence: float,
+                  orders: str = BOTH_ORDERS) -> dict[str, Any]:
+    """The counts, means, CIs and Δ of one label condition against the reference on their shared items, on the
+    orders the label run asked (orders_asked)."""
     out: dict[str, Any] = {"sources": "", "n_articles": 0, "n_items": 0, "note": ""}
     if ref.empty:
         out["note"] = f"no items under label={reference} for this evaluator, dataset and setting"
         return out
-    values = [f"pref_{col}" for col in SCALES.values()]
+    compared = _compared_columns(orders)
+    values = [c for c in compared.values() if c is not None]
     # One reference value per (source, article), as the base model's in _pairs (duplicates from pooled sweeps).
     both = sub.join(complete_mean(ref, _JOIN, values), on=list(_JOIN), how="inner", rsuffix="_ref")
     out.update(sources=", ".join(sorted(both["source"].astype(str).unique())),
@@ -407,8 +441,16 @@ def _label_fields(sub: pd.DataFrame, ref: pd.DataFrame, reference: str, confiden
     if both.empty:
         out["note"] = f"no items in common with label={reference}"
         return out
-    for scale, col in SCALES.items():
-        label_v, ref_v = both[f"pref_{col}"].astype(float), both[f"pref_{col}_ref"].astype(float)
+    if orders != BOTH_ORDERS:
+        same = both[f"{compared['paper']}_ref"].notna().any()
+        out["note"] = (ONE_ORDER_NOTE if same else NO_SAME_ORDER).format(order=ONE_ORDER[orders], reference=reference)
+    for scale, col in compared.items():
+        if col is None:  # one order: no log-odds
+            out.update({f"{side}_{scale}_{k}": math.nan for side in _LABEL_SIDES for k in ("mean", "ci_low",
+                                                                                         "ci_high")})
+            out[f"dpref_{scale}_p"] = math.nan
+            continue
+        label_v, ref_v = both[col].astype(float), both[f"{col}_ref"].astype(float)
         for side, v in zip(_LABEL_SIDES, (label_v, ref_v, label_v - ref_v), strict=True):
             frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"], "v": v})
             frame = frame[np.isfinite(frame["v"])]

@@ -208,3 +208,57 @@ def paper_units(
         row["incomplete"], row["incomplete_fields"] = incomplete_note(missing)
         rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+# --- degenerate arms ------------------------------------------------------------------------------------------
+# A fine-tuned arm that gives one constant answer (the paper's always_1 and random GPT-3.5 fine-tunes answer "1"
+# in both orders, every time) sits at (0.5, 0.5) whatever its items are: the point reflects its training target,
+# not a recognition that moves preference, and the fits would read it as a point of the line. Such a unit is
+# "degenerate" when, over every kept item of every source, each question's paper-scale score spans at most
+# DEGENERATE_BAND (max − min). A judge that gives one answer with at least 97.5% probability in each order has
+# every pairwise score within 0.0125 of 0.5: a band 0.025 wide. The paper's always_1 and random GPT-3.5 arms span
+# at most 0.021 in the pairwise setting; every arm of the paper not flagged spans 0.05 or more on a question. Both
+# questions must be flat, and at least DEGENERATE_MIN_ITEMS items kept, so that a judge with a narrow but real
+# spread is not flagged by a small sample (20 draws of an SD-0.02 judge span about 0.075). Base models are never
+# flagged: they are the evaluators under study, and a base judge that cannot answer fails the competence control.
+DEGENERATE_BAND = 0.025
+DEGENERATE_MIN_ITEMS = 20
+DEGENERATE_REASON = ("one constant answer: every one of its {n} kept items scored within {band:g} on both "
+                     "questions (paper scale)")
+DEGENERATE_COLUMNS = [*UNIT_KEYS, *VARIANT_KEYS, "transfer", "n_items", "rec_range", "pref_range", "reason"]
+
+
+def degenerate_units(items: pd.DataFrame) -> pd.DataFrame:
+    """The fine-tuned paper units whose answers are one constant (DEGENERATE_BAND, module comment above): one row
+    each (DEGENERATE_COLUMNS), with both questions' score ranges and the reason the fits leave it out."""
+    if items.empty or not items["is_finetuned"].astype(bool).any():
+        return pd.DataFrame(columns=DEGENERATE_COLUMNS)
+    kept, _ = kept_items(items[items["is_finetuned"].astype(bool)])
+    kept = key_frame(kept, UNIT_KEYS)
+    grouped = kept.groupby(list(UNIT_KEYS), sort=True)
+    ranges = grouped[["rec_score", "pref_score"]].max() - grouped[["rec_score", "pref_score"]].min()
+    n = grouped.size()
+    flat = (n >= DEGENERATE_MIN_ITEMS) & (ranges["rec_score"] <= DEGENERATE_BAND) \
+        & (ranges["pref_score"] <= DEGENERATE_BAND)
+    first = grouped[[c for c in (*VARIANT_KEYS, "transfer") if c in kept]].first()
+    rows = [{**dict(zip(UNIT_KEYS, key, strict=True)), **first.loc[key].to_dict(), "n_items": int(n[key]),
+             "rec_range": float(ranges.loc[key, "rec_score"]), "pref_range": float(ranges.loc[key, "pref_score"]),
+             "reason": DEGENERATE_REASON.format(n=int(n[key]), band=DEGENERATE_BAND)}
+            for key in flat[flat].index]
+    return pd.DataFrame(rows, columns=DEGENERATE_COLUMNS)
+
+
+def without_units(frame: pd.DataFrame, units: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (items, cells or paper units) without the rows of ``units`` (matched on UNIT_KEYS)."""
+    if frame.empty or units.empty:
+        return frame
+    drop = set(key_frame(units, UNIT_KEYS)[list(UNIT_KEYS)].itertuples(index=False, name=None))
+    keys = key_frame(frame[list(UNIT_KEYS)], UNIT_KEYS).itertuples(index=False, name=None)
+    return frame[[key not in drop for key in keys]]
+
+
+def with_degenerate(units: pd.DataFrame, degenerate: pd.DataFrame) -> pd.DataFrame:
+    """The paper units with a ``degenerate`` column: the reason a unit is left out of the fits, "" for the rest."""
+    reasons = {tuple(str(r[k]) for k in UNIT_KEYS): str(r["reason"]) for _, r in degenerate.iterrows()}
+    keys = key_frame(units[list(UNIT_KEYS)], UNIT_KEYS).itertuples(index=False, name=None)
+    return units.assign(degenerate=[reasons.get(tuple(k), "") for k in keys])

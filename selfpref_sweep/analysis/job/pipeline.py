@@ -20,11 +20,11 @@ from ...reporting.items import unfitted_line
 from ..estimate.estimates import Estimates, estimate
 from ..estimate.finetune_tests import RECOGNITION_TASKS
 from ..estimate.fit import FitResult
-from ..estimate.length_control import empty_frame as empty_length_control
-from ..estimate.length_control import length_controlled
+from ..estimate.length_control import length_control_frames
 from ..estimate.paired import LABEL_COLUMNS, label_vs_reference
 from ..estimate.per_source import per_source_frame
 from ..estimate.resample import REPORTED, SLOPE, find, reported, resampled_frame
+from ..estimate.units import with_degenerate
 from ..report import cell_tables as C
 from ..report import fit_tables as F
 from ..report import per_source_section as S
@@ -155,7 +155,26 @@ _FIXED_KEYS: dict[str, dict[str, str]] = {
     "dose_trend.csv": {"level": LEVEL_UNIT}, "dose_trend": {"level": LEVEL_UNIT},
     "cells.csv": {"level": LEVEL_SOURCE},
     "label_comparison.csv": {"level": LEVEL_UNIT}, "label_comparison": {"level": LEVEL_UNIT},
+    "degenerate_units.csv": {"level": LEVEL_UNIT}, "degenerate_units": {"level": LEVEL_UNIT},
 }
+
+
+def _design_frames(result: AnalysisResult) -> dict[str, pd.DataFrame]:
+    """The data files only some designs have (other designs' files stay as they were)."""
+    frames: dict[str, pd.DataFrame] = {}
+    design = result.design
+    if design is not None and design.label_pairs:
+        frames["label_comparison.csv"] = result.labels
+    if design is not None and design.positive_control:
+        frames["positive_control.csv"] = result.est.positive_controls
+    if design is not None and design.paper_trend:
+        frames["paper_trend.csv"] = result.est.paper_trends
+    if not result.est.degenerate.empty:  # the units every fit left out, and why
+        frames["degenerate_units.csv"] = result.est.degenerate
+        frames["paper_units.csv"] = with_degenerate(result.est.units, result.est.degenerate)
+    if design is not None and design.per_source:
+        frames[f"{S.NAME}.csv"] = per_source_frame(result.data.cells, result.data.items)
+    return frames
 
 
 def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
@@ -181,15 +200,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         "finetune_arms.csv": result.est.arms,
         "cells.csv": C.cells_frame(result.data.cells),
         "problems.csv": result.data.problems_df,
+        **_design_frames(result),
     }
-    if result.design is not None and result.design.label_pairs:  # other designs' files stay as they were
-        frames["label_comparison.csv"] = result.labels
-    if result.design is not None and result.design.positive_control:
-        frames["positive_control.csv"] = result.est.positive_controls
-    if result.design is not None and result.design.paper_trend:
-        frames["paper_trend.csv"] = result.est.paper_trends
-    if result.design is not None and result.design.per_source:
-        frames[f"{S.NAME}.csv"] = per_source_frame(result.data.cells, result.data.items)
     # Machine keys beside the display labels (machine_keys.MACHINE_KEYS); a row's level where its file fixes it.
     groups = group_keys(result.est.units, result.est.points, result.data.items)
     for name, df in frames.items():
@@ -210,6 +222,8 @@ def _write_data_files(result: AnalysisResult, analysis_dir: Path) -> list[Path]:
         payload["paper_trend"] = result.est.paper_trends.to_dict(orient="records")
     if "label_comparison.csv" in frames:
         payload["label_comparison"] = result.labels.to_dict(orient="records")
+    if "degenerate_units.csv" in frames:
+        payload["degenerate_units"] = result.est.degenerate.to_dict(orient="records")
     payload = {section: [keyed_record(r, groups, **fixed.get(section, {})) for r in records]
                for section, records in payload.items()}
     path = analysis_dir / "regressions.json"
@@ -300,8 +314,9 @@ def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequ
         out_dir=out, report_md=out / "report.md", report_html=out / "report.html", data=data, est=est,
         design=design, plots=plots, recognition_tasks=tuple(recognition_tasks),
         labels=label_vs_reference(data.items) if design.label_pairs else pd.DataFrame(columns=LABEL_COLUMNS),
-        length_control=length_controlled(data.items) if design.length_control else empty_length_control(),
     )
+    if design.length_control:
+        result.length_control, result.length_control_by_source = length_control_frames(data.items)
     if design.self_bias:
         result.self_bias, result.self_bias_notes = self_bias_frame(data.items)
     result.tables = R.build_tables(result)

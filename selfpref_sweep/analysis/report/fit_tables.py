@@ -260,9 +260,10 @@ _TREND_READINGS = {
 
 def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
     """The paper's fine-tune trend per base evaluator (paper_trend.py): the paper's statistic and, for all the
-    recognition fine-tunes together, the corrected slope, whose interval carries the reading."""
+    recognition fine-tunes together, the corrected slope, whose interval carries the reading; the fit's note
+    (e.g. the degenerate fine-tunes its line leaves out)."""
     cols = ["setting", "label", "base evaluator", "fine-tunes evaluated", "n points", "slope (paper's OLS) [95% CI]",
-            "r [95% CI]", "corrected slope [95% CI]", "p", "reading"]
+            "r [95% CI]", "corrected slope [95% CI]", "p", "reading", "note"]
     rows = []
     for _, t in trends.iterrows():
         corrected = "" if t["transfer"] != "all" else (
@@ -275,5 +276,5 @@ def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
                       "cross_dataset": "transfer"}.get(t["transfer"], t["transfer"]), int(t["n_points"]),
                      f"{fmt(t['slope'])} {fmt_ci(t['slope_ci_low'], t['slope_ci_high'])}",
                      f"{fmt(t['r'])} {fmt_ci(t['r_ci_low'], t['r_ci_high'])}", corrected,
-                     fmt(t["corrected_p"]) if t["transfer"] == "all" else "", reading])
+                     fmt(t["corrected_p"]) if t["transfer"] == "all" else "", reading, t["note"] or ""])
     return pd.DataFrame(rows, columns=cols)

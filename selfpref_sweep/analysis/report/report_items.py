@@ -148,6 +148,16 @@ def _finetune_vs_base_text(result: AnalysisResult) -> str:
     return text if result.replicated else f"{ONE_ADAPTER_PER_ARM}\n\n{text}"
 
 
+def _left_out(prose: Any, full: bool = False) -> Any:
+    """The item's prose with, first, the line on the degenerate arms its fits leave out (none: the prose as it
+    is)."""
+    def text(result: AnalysisResult) -> str:
+        base = prose(result) if callable(prose) else prose
+        note = U.degenerate_text(result.est.degenerate, full)
+        return f"{note}\n\n{base}" if note and base else (note or base)
+    return text
+
+
 def _labels_table(result: AnalysisResult) -> pd.DataFrame | None:
     # None outside a label comparison, so that other designs log no empty table to W&B.
     return U.label_comparison_table(result.labels) if result.design.label_pairs else None
@@ -161,27 +171,28 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
                method_text("label_comparison", TEXTS, label_reference=LABEL_REFERENCE), _labels_table,
                applies=lambda d: d.label_pairs, to_wandb=REPORT_TABLE),
     ReportItem("regression_units", "Headline: self-preference on self-recognition at the paper's unit",
-               _headline_text, lambda r: F.paper_statistic_table(r.est.unit_fits, r.adapters),
+               _left_out(_headline_text), lambda r: F.paper_statistic_table(r.est.unit_fits, r.adapters),
                plots=("preference_vs_recognition",),
                applies=lambda d: d.headline, to_wandb=REPORT_TABLE, fitted=lambda r: r.est.unit_fits),
-    ReportItem("units", "The paper-unit points", method_text("units", TEXTS), lambda r: U.units_table(r.est.units),
-               level=3),
+    ReportItem("units", "The paper-unit points", _left_out(method_text("units", TEXTS), full=True),
+               lambda r: U.units_table(r.est.units, r.est.degenerate), level=3),
     ReportItem("regression_resampled", "Headline, corrected: one joint article resample",
-               method_text("resampled", TEXTS),
+               _left_out(method_text("resampled", TEXTS)),
                lambda r: F.resampled_table(r.est.resampled, r.adapters, r.est.specificity_margin),
                applies=lambda d: d.headline,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.est.resampled),
-    ReportItem("paper_trend", "The paper's fine-tune trend, per base evaluator", method_text("paper_trend", TEXTS),
+    ReportItem("paper_trend", "The paper's fine-tune trend, per base evaluator",
+               _left_out(method_text("paper_trend", TEXTS)),
                lambda r: F.paper_trend_table(r.est.paper_trends), applies=lambda d: d.paper_trend,
                to_wandb=REPORT_TABLE),
     ReportItem("regression_robustness", "Robustness: source-level and item-level fits",
-               method_text("robustness", TEXTS),
+               _left_out(method_text("robustness", TEXTS)),
                lambda r: F.regression_table(r.est.robustness_fits, r.adapters), to_wandb=REPORT_TABLE,
                fitted=lambda r: r.est.robustness_fits),
     ReportItem("specificity", "Specificity: does preference follow recognition, whatever moved it?",
-               _specificity_text, lambda r: F.specificity_table(r.est.specificity, r.adapters),
+               _left_out(_specificity_text), lambda r: F.specificity_table(r.est.specificity, r.adapters),
                applies=lambda d: d.finetune_tests, to_wandb=REPORT_TABLE, fitted=lambda r: r.est.specificity),
-    ReportItem("interaction", "Recognition vs control fine-tunes: the interaction test", _interaction_text,
+    ReportItem("interaction", "Recognition vs control fine-tunes: the interaction test", _left_out(_interaction_text),
                lambda r: F.interaction_table(r.est.interactions, r.adapters, r.est.resampled),
                applies=lambda d: d.finetune_tests,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.est.interactions),
@@ -202,6 +213,8 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
     ReportItem(J.NAME, J.SECTION, J.text, lambda r: J.judge_controls_table(r.data.cells),
                applies=J.applies, to_wandb=REPORT_TABLE),
     ReportItem(LC.NAME, LC.SECTION, LC.text, LC.table, applies=lambda d: d.length_control),
+    ReportItem(LC.BY_SOURCE_NAME, LC.BY_SOURCE_SECTION, LC.by_source_text, LC.by_source,
+               applies=lambda d: d.length_control, level=3),
     ReportItem(SB.NAME, SB.SECTION, SB.text, SB.table, applies=lambda d: d.self_bias),
     ReportItem(S.NAME, S.SECTION, lambda r: S.per_source_text(r.data.cells),
                lambda r: S.per_source_table(r.data.cells, r.data.items), applies=lambda d: d.per_source),

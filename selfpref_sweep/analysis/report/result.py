@@ -14,6 +14,7 @@ from ...reporting.items import Design
 from ..estimate.estimates import Estimates
 from ..estimate.finetune_tests import RECOGNITION_TASKS
 from ..estimate.fit import FitResult
+from ..estimate.length_control import empty_by_source as empty_length_by_source
 from ..estimate.length_control import empty_frame as empty_length_control
 from ..estimate.paired import LABEL_COLUMNS
 from ..self_bias.net_bias import empty_frame as empty_self_bias
@@ -39,6 +40,8 @@ class AnalysisResult:
     labels: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=LABEL_COLUMNS))
     # Per paper unit and scale, the self-preference with the length difference regressed out (length_control.py).
     length_control: pd.DataFrame = field(default_factory=empty_length_control)
+    # The same fits per other source: its adjusted preference at equal length, and whether it extrapolates.
+    length_control_by_source: pd.DataFrame = field(default_factory=empty_length_by_source)
     # Per judge, group, estimator and scale, the self term net of quality (self_bias/net_bias.py), and the notes on
     # its inputs (judges left out, repeated ratings merged).
     self_bias: pd.DataFrame = field(default_factory=empty_self_bias)

@@ -9,22 +9,54 @@ from collections.abc import Sequence
 import pandas as pd
 
 from ...reporting.formatting import DASH, FLAT_ARTICLES, ci_cell, est_ci, fmt, fmt_int, fmt_p, holm_cell, rows_table
+from ...reporting.grouping import UNIT_KEYS
+from ..estimate.paired import ONE_ORDER
+from ..estimate.units import DEGENERATE_BAND, DEGENERATE_MIN_ITEMS
 from ..study.calibration import ARM_PREFERENCE, ARM_RECOGNITION, ARM_TEST, calibration_label
 from .fit_tables import CALIBRATION_COL, drop_empty_calibration
 
 
-def units_table(units: pd.DataFrame) -> pd.DataFrame:
-    """The paper-unit points: per setting × label × dataset × evaluator variant, both scales with CIs."""
+def units_table(units: pd.DataFrame, degenerate: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The paper-unit points: per setting × label × dataset × evaluator variant, both scales with CIs; where some
+    unit is degenerate (units.degenerate_units), a column saying which are left out of the fits and why."""
     cols = ["setting", "label", "dataset", "evaluator", "transfer", "sources", "n articles", "n items",
             "n items left out", "recognition [95% CI]", "preference [95% CI]", "recognition, log-odds [95% CI]",
             "preference, log-odds [95% CI]", "judge competence"]
-    return rows_table(units, cols, lambda u: [
+    reasons = _degenerate_reasons(degenerate)
+    return rows_table(units, cols + [DEGENERATE_COL] * bool(reasons), lambda u: [
         u["setting"], u["label"], u["dataset"], u["evaluator_variant"], u["transfer"], u["sources"],
         fmt_int(u["n_articles"]), fmt_int(u["n_items"]), fmt_int(u["n_items_excluded"]),
         *(est_ci(u[f"{q}_{s}_mean"], u[f"{q}_{s}_ci_low"], u[f"{q}_{s}_ci_high"], FLAT_ARTICLES)
           for s in ("paper", "logodds") for q in ("rec", "pref")),
         u["judge_competence"] or DASH,
-    ])
+    ] + [reasons.get(tuple(str(u[k]) for k in UNIT_KEYS), "")] * bool(reasons))
+
+
+DEGENERATE_COL = "left out of the fits (degenerate)"
+
+
+def _degenerate_reasons(degenerate: pd.DataFrame | None) -> dict[tuple[str, ...], str]:
+    if degenerate is None or degenerate.empty:
+        return {}
+    return {tuple(str(r[k]) for k in UNIT_KEYS): str(r["reason"]) for _, r in degenerate.iterrows()}
+
+
+def degenerate_text(degenerate: pd.DataFrame, full: bool = False) -> str:
+    """The line that says how many degenerate fine-tuned units the fits leave out ("" when none); ``full`` names
+    each with its two score ranges (the paper units' section)."""
+    if degenerate.empty:
+        return ""
+    text = (f"**Degenerate arms left out:** {len(degenerate)} fine-tuned unit(s) gave one constant answer (every "
+            f"kept item's score within {DEGENERATE_BAND:g} on both questions, paper scale, over at least "
+            f"{DEGENERATE_MIN_ITEMS} items) and are left out of every fit of preference on recognition: such a "
+            "point sits where its training put it and carries no slope information. Each fit's note counts those "
+            "of its group")
+    if not full:
+        return text + "; the paper-unit points name them (also analysis/degenerate_units.csv)."
+    names = "; ".join(f"{r.evaluator_variant} on {r.dataset} ({r.setting}, label {r.label}; {fmt_int(r.n_items)} "
+                      f"items, recognition range {r.rec_range:.4f}, preference range {r.pref_range:.4f})"
+                      for r in degenerate.itertuples())
+    return f"{text}. They are: {names} (also analysis/degenerate_units.csv)."
 
 
 def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +166,7 @@ def positive_control_table(arms: pd.DataFrame, tasks: Sequence[str], toward: pd.
 def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
     """Label conditions on the same items (paired.label_vs_reference), both scales: preference under the label
     and under the reference with their CIs, and the paired Δ with its CI, p and Holm's p."""
-    cols = ["setting", "dataset", "evaluator", "label", "vs", "sources", "n articles", "n items"]
+    cols = ["setting", "dataset", "evaluator", "label", "vs", "compared on", "sources", "n articles", "n items"]
     for s in ("paper", "logodds"):
         scale = "" if s == "paper" else ", log-odds"
         cols += [f"preference{scale} [95% CI]", f"preference{scale}, vs [95% CI]",
@@ -145,10 +177,18 @@ def label_comparison_table(labels: pd.DataFrame) -> pd.DataFrame:
         return [*(ci_cell(d, f"{side}_{s}") for side in ("pref", "pref_ref", "dpref")), holm_cell(d, f"dpref_{s}")]
 
     return rows_table(labels, cols, lambda d: [
-        d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], d["sources"] or DASH,
+        d["setting"], d["dataset"], d["evaluator_variant"], d["label"], d["reference"], _compared_on(d.get("orders")),
+        d["sources"] or DASH,
         fmt_int(d["n_articles"]), fmt_int(d["n_items"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
     ])
+
+
+def _compared_on(orders: object) -> str:
+    """Which comparison a label row made (paired.orders_asked)."""
+    if orders in ONE_ORDER:
+        return f"one order ({ONE_ORDER[orders]}) vs the same order"
+    return "both orders' mean vs both orders' mean"
 
 
 def incomplete_units_text(frames: dict[str, pd.DataFrame]) -> str:

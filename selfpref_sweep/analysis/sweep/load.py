@@ -278,6 +278,21 @@ def _side_values(verdict: Verdict | None) -> tuple[float, float]:
     return tuple(num(getattr(summaries.get(side), "value", None)) for side in SIDES)  # type: ignore[return-value]
 
 
+# Each order's P(own) of a pairwise preference verdict (NaN where the verdict does not hold that order): a run that
+# asked one order is compared with the same order of another run, never with its two-order mean.
+ORDERS = ("forward", "backward")
+ORDER_QUESTIONS = ("pref",)
+
+
+def _order_scores(verdict: Verdict | None) -> tuple[float, float]:
+    """A pairwise verdict's P(own) in each order it holds (forward: own summary first); NaN for an order it does
+    not hold. A run that asked one order only (the paper's Llama label runs) has one of the two."""
+    orders = verdict.orders if verdict is not None else None
+    if not orders:
+        return math.nan, math.nan
+    return tuple(num(getattr(orders.get(name), "p_own", None)) for name in ORDERS)  # type: ignore[return-value]
+
+
 def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
     """The item frame's rows of one cell's items."""
     rows: list[dict[str, Any]] = []
@@ -291,6 +306,8 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
             row.update(zip((f"{p}_score", f"{p}_logodds", f"{p}_excluded", f"{p}_exclusion_reason"), score,
                            strict=True))
             row[f"{p}_own_value"], row[f"{p}_other_value"] = _side_values(verdict)
+            if p in ORDER_QUESTIONS:  # which order the label comparison reads (paired.label_vs_reference)
+                row[f"{p}_forward_score"], row[f"{p}_backward_score"] = _order_scores(verdict)
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
@@ -327,12 +344,13 @@ _ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
 _ITEM_OUTPUT_COLS = ("own_author", "other_author", "judge_family", "own_anchor", "own_correct", "own_family",
                      "other_anchor", "other_correct", "other_family")
 _ITEM_VALUE_COLS = tuple(f"{p}_{side}_value" for p in QUESTION_PREFIX.values() for side in SIDES)
+_ITEM_ORDER_COLS = tuple(f"{p}_{order}_score" for p in ORDER_QUESTIONS for order in ORDERS)
 
 
 def item_columns() -> tuple[str, ...]:
     """The item frame's columns: the cell's coordinates, the two questions' scores, each measurement's."""
     return _ITEM_CELL_COLS + ("article_id", "own_words", "other_words") + _ITEM_SCORE_COLS + tuple(
-        c for m in registered() for c in m.item_column_names) + _ITEM_OUTPUT_COLS + _ITEM_VALUE_COLS
+        c for m in registered() for c in m.item_column_names) + _ITEM_OUTPUT_COLS + _ITEM_VALUE_COLS + _ITEM_ORDER_COLS
 
 
 def _incomplete(record: CellRecord) -> tuple[str, str] | None:
