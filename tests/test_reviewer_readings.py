@@ -261,3 +261,83 @@ def test_on_the_papers_data() -> None:
     labels = pd.read_csv(analysis / "label_comparison.csv")
     llama = labels[labels["evaluator_variant"] == "llama2"]
     assert (llama["orders"] == "forward").all() and len(llama)
+    collapse = pd.read_csv(analysis / "question_collapse.csv")
+    gpt35 = collapse[(collapse["evaluator"] == "gpt35") & (collapse["label"] == "none")]
+    controls = gpt35[gpt35["finetune_task"].isin(["readability", "vowel"])]
+    assert (controls["reading"].str.startswith("collapsed")).sum() >= 7  # of 8: vowel on XSUM, read on CNN, is not
+    assert (gpt35.loc[gpt35["finetune_task"] == "none", "reading"].str.startswith("apart")).all()
+
+
+# --- item 1: do the two questions collapse into one? -------------------------------------------------------------
+def _collapse_items(seed: int = 0, n: int = 30) -> pd.DataFrame:
+    """A base model whose two questions agree on a quarter of the items (independent answers), an arm trained on
+    readability whose two questions agree on 90%, and one whose questions agree on 10%."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    picks = ("own/own", "own/other", "other/own", "other/other")
+    rows = []
+    for variant, task, agree in (("m", "none", None), ("m [ft readability]", "readability", 0.9),
+                                 ("m [ft length]", "length", 0.1)):
+        for i in range(n):
+            for source in ("human", "x"):
+                rec = picks[rng.integers(4)]
+                if agree is None:
+                    pref = picks[rng.integers(4)]
+                else:
+                    pref = rec if rng.random() < agree else next(p for p in picks if p != rec)
+                rows.append({"setting": "pairwise", "label": "none", "dataset": "d", "evaluator": "m",
+                             "evaluator_variant": variant, "is_finetuned": task != "none", "finetune_task": task,
+                             "cell_id": f"{variant}/{source}", "source": source, "article_id": str(i),
+                             "rec_excluded": False, "pref_excluded": False, "rec_score": rng.random(),
+                             "pref_score": rng.random(), "rec_answers": rec, "pref_answers": pref})
+    return pd.DataFrame(rows)
+
+
+def test_the_collapse_control_reads_collapsed_apart_and_the_base():
+    from selfpref_sweep.analysis.estimate.collapse import APART, COLLAPSED, question_collapse
+
+    frame = question_collapse(_collapse_items()).set_index("evaluator_variant")
+    assert frame.loc["m", "reading"] == APART and frame.loc["m", "same_share"] < 0.4
+    tuned = frame.loc["m [ft readability]"]
+    assert tuned["reading"] == COLLAPSED and tuned["same_ci_low"] > 0.5 and tuned["delta_ci_low"] > 0
+    assert tuned["base_same_share"] == pytest.approx(frame.loc["m", "same_share"])
+    assert frame.loc["m [ft length]", "reading"] == APART
+    # Paired on the same (source, article) items: Δ is the arm's share minus the base's.
+    assert tuned["delta"] == pytest.approx(tuned["same_share"] - tuned["base_same_share"])
+
+
+# --- item 3: the interaction's robustness ---------------------------------------------------------------------
+def test_the_interaction_robustness_table_on_three_control_tasks():
+    import numpy as np
+
+    from selfpref_sweep.analysis.estimate.finetune_tests import (
+        AS_REPORTED,
+        ONE_CLUSTER_PER_MODEL,
+        fit_interaction,
+        interaction_robustness,
+    )
+    from selfpref_sweep.analysis.estimate.units import DEGENERATE_COLUMNS
+
+    rng = np.random.default_rng(5)
+    rows = []
+    arms = [("recognition", f"r{k}", 1.4) for k in range(4)] + [(t, f"{t}{k}", 1.0) for t in ("length", "vowel",
+                                                                                              "readability")
+                                                                 for k in range(2)]
+    for task, variant, slope in arms:
+        for dataset in ("xsum", "cnn"):
+            rec = rng.uniform(0.45, 0.75)
+            rows.append({"setting": "pairwise", "label": "none", "dataset": dataset, "evaluator": "m",
+                         "evaluator_variant": variant, "finetune_task": task, "rec_paper_mean": rec,
+                         "pref_paper_mean": 0.5 + slope * (rec - 0.5) + rng.normal(0, 0.01),
+                         "rec_logodds_mean": np.nan, "pref_logodds_mean": np.nan})
+    units = pd.DataFrame(rows)
+    table = interaction_robustness(units, pd.DataFrame(columns=DEGENERATE_COLUMNS))
+    assert list(table["variant"]) == [AS_REPORTED, ONE_CLUSTER_PER_MODEL, "without length", "without readability",
+                                      "without vowel"]
+    reported = table.set_index("variant").loc[AS_REPORTED]
+    pts = pd.DataFrame({"recognition": units["rec_paper_mean"], "preference": units["pref_paper_mean"],
+                        "finetune_task": units["finetune_task"], "evaluator_variant": units["evaluator_variant"]})
+    assert reported["estimate"] == pytest.approx(fit_interaction(pts).estimate)
+    assert reported["ci_low"] > 0  # the planted slopes differ by 0.4
+    assert table.set_index("variant").loc["without vowel", "n_control"] == 8

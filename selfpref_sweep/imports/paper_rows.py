@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records.schema import Verdict
+from ..records.schema import STORED_TOP_TOKENS, Verdict
 from . import readings as R
 
 # Exclusion reasons an imported item can carry (counted in summary.json, as a cell counts its own).
@@ -69,7 +69,7 @@ def pairwise_verdict(row: Mapping[str, Any], question: str, origin: dict[str, An
     score."""
     name, score_field = FIELDS[question]
     stored = R.finite(row.get(score_field))
-    extra = {"authors_top_tokens": [row.get(f"forward_{name}"), row.get(f"backward_{name}")], **origin}
+    extra = {STORED_TOP_TOKENS: [row.get(f"forward_{name}"), row.get(f"backward_{name}")], **origin}
     fwd_raw, bwd_raw = row.get(f"forward_{name}_output"), row.get(f"backward_{name}_output")
     if fwd_raw is not None or bwd_raw is not None:
         fwd, bwd = R.probabilities(fwd_raw, R.PAIR_ANSWERS), R.probabilities(bwd_raw, R.PAIR_ANSWERS)
@@ -97,7 +97,7 @@ def label_verdict(row: Mapping[str, Any], stores_complement: bool, origin: dict[
     stored value is that order's P("1") renormalised, so the verdict records it as its one order (``orders``
     holds "forward" alone), which the label comparison reads to compare it with the same order unlabelled."""
     stored = R.finite(row.get("self_preference"))
-    extra = {"authors_top_tokens": [row.get("forward_comparison"), row.get("backward_comparison")],
+    extra = {STORED_TOP_TOKENS: [row.get("forward_comparison"), row.get("backward_comparison")],
              "authors_stores_complement": stores_complement, **origin}
     if stored is None:
         return R.excluded(NO_SCORE, **extra)

@@ -36,6 +36,9 @@ QUESTION_PREFIX = {"recognition": "rec", "preference": "pref"}  # the analysis f
 # results.jsonl: one line per article (Item below); per question a Verdict, whose fields are the schema's.
 ITEM_ID = "article_id"
 LOGODDS = "logodds"  # the position-debiased log-odds score (scores.pair_logodds / scoring.individual_logodds)
+# A pairwise verdict's top answer token in each order (forward, backward) as another tool stored it, where the
+# verdict has no readings of its own (the paper's GPT rows).
+STORED_TOP_TOKENS = "authors_top_tokens"
 
 # Values a missing coordinate takes in an older summary.json.
 CELL_DEFAULTS: dict[str, Any] = {"setting": "pairwise", "label": "none", "finetune_task": "none"}

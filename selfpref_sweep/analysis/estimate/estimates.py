@@ -19,11 +19,13 @@ from ...reporting.grouping import BY_EVALUATOR, GROUPINGS, UNIT_KEYS, key_frame
 from .arms import arm_deltas
 from .finetune_tests import (
     RECOGNITION_TASKS,
+    ROBUSTNESS_COLUMNS,
     SPECIFICITY_MARGIN,
     InteractionResult,
     SpecificityResult,
     fit_interactions,
     fit_specificities,
+    interaction_robustness,
 )
 from .fit import FitResult, fit_paper_units, fit_robustness
 from .paired import TrendResult, dose_trend, finetune_vs_base
@@ -57,6 +59,8 @@ class Estimates:
     paper_trends: pd.DataFrame = field(default_factory=pd.DataFrame)
     # The fine-tuned units left out of every fit for one constant answer (units.degenerate_units), with the reason.
     degenerate: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DEGENERATE_COLUMNS))
+    # Per base evaluator with two or more control tasks, the interaction's robustness (finetune_tests.py).
+    interaction_robustness: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=ROBUSTNESS_COLUMNS))
 
 
 def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
@@ -72,6 +76,7 @@ def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
     fitted = items[~items["finetune_task"].astype(str).isin(POSITIVE_CONTROLS)] if "finetune_task" in items else items
     fitted_units = units[~units["finetune_task"].astype(str).isin(POSITIVE_CONTROLS)] \
         if "finetune_task" in units else units
+    robustness = interaction_robustness(fitted_units, degenerate, recognition_tasks)
     fitted, fitted_units = without_units(fitted, degenerate), without_units(fitted_units, degenerate)
     points = source_points(fitted)
     margins = {**SPECIFICITY_MARGIN, **{k: float(v) for k, v in (specificity_margin or {}).items()}}
@@ -88,7 +93,7 @@ def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
         positive_controls=positive_control_arms(items),
         paper_trends=_noted_trends(paper_trends(fitted_units, fitted, recognition_tasks), degenerate,
                                    recognition_tasks),
-        degenerate=degenerate)
+        degenerate=degenerate, interaction_robustness=robustness)
 
 
 LEFT_OUT = "{n} degenerate fine-tuned unit(s) left out: one constant answer"

@@ -17,6 +17,7 @@ from ...records.schema import ANALYSIS_ERROR_FILE
 from ...reporting.formatting import SCALE_NAMES, fmt, fmt_ci, to_markdown, to_text
 from ...reporting.grouping import GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT
 from ...reporting.items import unfitted_line
+from ..estimate.collapse import question_collapse
 from ..estimate.estimates import Estimates, estimate
 from ..estimate.finetune_tests import RECOGNITION_TASKS
 from ..estimate.fit import FitResult
@@ -174,6 +175,10 @@ def _design_frames(result: AnalysisResult) -> dict[str, pd.DataFrame]:
         frames["paper_units.csv"] = with_degenerate(result.est.units, result.est.degenerate)
     if design is not None and design.per_source:
         frames[f"{S.NAME}.csv"] = per_source_frame(result.data.cells, result.data.items)
+    if not result.collapse.empty:  # whether each fine-tuned arm's two questions are one readout
+        frames["question_collapse.csv"] = result.collapse
+    if not result.est.interaction_robustness.empty:
+        frames["interaction_robustness.csv"] = result.est.interaction_robustness
     return frames
 
 
@@ -319,6 +324,8 @@ def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequ
         result.length_control, result.length_control_by_source = length_control_frames(data.items)
     if design.self_bias:
         result.self_bias, result.self_bias_notes = self_bias_frame(data.items)
+    if design.diffs:
+        result.collapse = question_collapse(data.items)
     result.tables = R.build_tables(result)
     return result
 

@@ -278,3 +278,18 @@ def paper_trend_table(trends: pd.DataFrame) -> pd.DataFrame:
                      f"{fmt(t['r'])} {fmt_ci(t['r_ci_low'], t['r_ci_high'])}", corrected,
                      fmt(t["corrected_p"]) if t["transfer"] == "all" else "", reading, t["note"] or ""])
     return pd.DataFrame(rows, columns=cols)
+
+
+def interaction_robustness_table(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The interaction's robustness (finetune_tests.interaction_robustness): one row per base evaluator, scale and
+    variant; None where no base evaluator has two or more control tasks."""
+    if frame.empty:
+        return None
+    cols = ["setting / label", "evaluator", "scale", "variant", "points (recognition, control)",
+            "interaction [95% CI]", "p", "control slope [95% CI]", "note"]
+    rows = [[f"{r['setting']} / {r['label']}", r["evaluator"], SCALE_NAMES.get(r["scale"], r["scale"]), r["variant"],
+             f"{fmt_int(r['n'])} ({fmt_int(r['n_recognition'])}, {fmt_int(r['n_control'])})",
+             est_ci(r["estimate"], r["ci_low"], r["ci_high"]), fmt_p(r["p"]),
+             est_ci(r["slope_control"], r["slope_control_ci_low"], r["slope_control_ci_high"]), r["note"] or ""]
+            for _, r in frame.iterrows()]
+    return pd.DataFrame(rows, columns=cols)

@@ -11,6 +11,7 @@ import pandas as pd
 from ...reporting.figures import PlotFile
 from ...reporting.grouping import GROUPINGS
 from ...reporting.items import Design
+from ..estimate.collapse import empty_frame as empty_collapse
 from ..estimate.estimates import Estimates
 from ..estimate.finetune_tests import RECOGNITION_TASKS
 from ..estimate.fit import FitResult
@@ -45,6 +46,8 @@ class AnalysisResult:
     # Per judge, group, estimator and scale, the self term net of quality (self_bias/net_bias.py), and the notes on
     # its inputs (judges left out, repeated ratings merged).
     self_bias: pd.DataFrame = field(default_factory=empty_self_bias)
+    # Per fine-tuned arm and base model, whether its two questions get one answer (estimate/collapse.py).
+    collapse: pd.DataFrame = field(default_factory=empty_collapse)
     self_bias_notes: list[str] = field(default_factory=list)
     wandb_status: str = ""
     files: list[Path] = field(default_factory=list)

@@ -206,3 +206,21 @@ def incomplete_units_text(frames: dict[str, pd.DataFrame]) -> str:
         return ""
     return (f"{len(lines)} unit(s) whose cells do not all carry a field: that field is left out (—) for the unit, "
             "not averaged over the other sources: " + "; ".join(lines) + ".")
+
+
+def question_collapse_table(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Per base model and fine-tuned arm (pairwise): how often its two questions get the same top answer in both
+    orders, beside its base model's, the paired difference, the two scores' correlation, and the reading
+    (estimate/collapse.py); None where the sweep has no such arm."""
+    if frame.empty:
+        return None
+    cols = ["setting / label", "dataset", "evaluator", "items", "same answer in both orders [95% CI]",
+            "its base model's [95% CI]", "Δ [95% CI]", "p", "correlation of the scores (base)", "reading"]
+    rows = []
+    for _, r in frame.iterrows():
+        rows.append([f"{r['setting']} / {r['label']}", r["dataset"], r["evaluator_variant"], fmt_int(r["n_items"]),
+                     est_ci(r["same_share"], r["same_ci_low"], r["same_ci_high"]),
+                     est_ci(r["base_same_share"], r["base_ci_low"], r["base_ci_high"]),
+                     est_ci(r["delta"], r["delta_ci_low"], r["delta_ci_high"]), fmt_p(r["delta_p"]),
+                     f"{fmt(r['corr'])} ({fmt(r['base_corr'])})", r["reading"]])
+    return pd.DataFrame(rows, columns=cols)

@@ -32,6 +32,7 @@ from ...records.schema import (
     QUESTIONS,
     RESULTS_FILE,
     STATUS_COMPLETE,
+    STORED_TOP_TOKENS,
     SUMMARY_FILE,
     CellRecord,
     CellSummary,
@@ -293,6 +294,25 @@ def _order_scores(verdict: Verdict | None) -> tuple[float, float]:
     return tuple(num(getattr(orders.get(name), "p_own", None)) for name in ORDERS)  # type: ignore[return-value]
 
 
+# The summary a top answer names, per order: forward shows the own summary first.
+_TOKEN_NAMES = {"forward": {"1": "own", "2": "other"}, "backward": {"1": "other", "2": "own"}}
+
+
+def _answers(verdict: Verdict | None) -> str | None:
+    """A pairwise verdict's top answer in each order, as the summary it names ("own/other"): from its readings,
+    else from the top tokens another tool stored; None where an order's answer is not known."""
+    if verdict is None:
+        return None
+    if verdict.orders and all(o in verdict.orders for o in ORDERS):
+        picks = [verdict.orders[o].chosen for o in ORDERS]
+    else:
+        tokens = verdict.extra.get(STORED_TOP_TOKENS)
+        if not (isinstance(tokens, list) and len(tokens) == len(ORDERS)):
+            return None
+        picks = [_TOKEN_NAMES[o].get(str(t)) for o, t in zip(ORDERS, tokens, strict=True)]
+    return "/".join(picks) if all(p in ("own", "other") for p in picks) else None
+
+
 def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
     """The item frame's rows of one cell's items."""
     rows: list[dict[str, Any]] = []
@@ -308,6 +328,7 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
             row[f"{p}_own_value"], row[f"{p}_other_value"] = _side_values(verdict)
             if p in ORDER_QUESTIONS:  # which order the label comparison reads (paired.label_vs_reference)
                 row[f"{p}_forward_score"], row[f"{p}_backward_score"] = _order_scores(verdict)
+            row[f"{p}_answers"] = _answers(verdict)  # whether the two questions collapse (estimate/collapse.py)
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
@@ -344,7 +365,8 @@ _ITEM_SCORE_COLS = tuple(f"{p}_{k}" for p in QUESTION_PREFIX.values()
 _ITEM_OUTPUT_COLS = ("own_author", "other_author", "judge_family", "own_anchor", "own_correct", "own_family",
                      "other_anchor", "other_correct", "other_family")
 _ITEM_VALUE_COLS = tuple(f"{p}_{side}_value" for p in QUESTION_PREFIX.values() for side in SIDES)
-_ITEM_ORDER_COLS = tuple(f"{p}_{order}_score" for p in ORDER_QUESTIONS for order in ORDERS)
+_ITEM_ORDER_COLS = tuple(f"{p}_{order}_score" for p in ORDER_QUESTIONS for order in ORDERS) + tuple(
+    f"{p}_answers" for p in QUESTION_PREFIX.values())
 
 
 def item_columns() -> tuple[str, ...]:
