@@ -253,3 +253,11 @@ def test_a_judge_that_rated_no_output_of_its_own_has_no_self_row_but_counts(tmp_
     rows = frame[frame["estimator"] == "cross_judge"]
     assert set(rows["judge"]) == {"A", "B"} and rows["estimate"].notna().all()
     assert any("judge C rated no output of its own" in n for n in notes)
+
+
+def test_a_judge_with_no_kept_verdict_is_named_not_silently_missing():
+    items = draw_items(DESIGNS["small"], np.random.default_rng(14))
+    items.loc[items["evaluator_variant"] == "b", "pref_excluded"] = True  # e.g. every answer under the mass threshold
+    frame, notes = self_bias_frame(items)
+    assert (frame.loc[frame["estimator"] == "cross_judge", "note"] == cross_judge.ONE_JUDGE).all()
+    assert any(n.endswith("b: no kept verdict on preference, so in no fit") for n in notes)

@@ -123,6 +123,9 @@ def groups(items: pd.DataFrame) -> list[Group]:
                                        f"({dup} repeats; differing repeats averaged)")
                 else:
                     g.obs[scale] = _pairwise_obs(sub, p, scale)
+            silent = [j for j in g.own_author if not (g.obs[SELF_BIAS_SCALES[1]]["judge"] == j).any()]
+            if silent:  # e.g. every verdict below the answer-mass threshold: the judge is in no fit
+                g.notes.append(f"{', '.join(sorted(silent))}: no kept verdict on {question}, so in no fit")
             if n_tuned:
                 g.notes.append(f"{n_tuned} {FINETUNED_LEFT_OUT}")
             out.append(g)
