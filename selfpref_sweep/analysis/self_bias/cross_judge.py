@@ -160,7 +160,9 @@ def references(g: Group, scale: str) -> list[str]:
     """The group's common references: authors no judge wrote that every judge judged."""
     obs, col = g.obs[scale], _author_col(g.setting)
     own = set(g.own_author.values())
-    judged = [set(obs.loc[obs["judge"] == j, col]) for j in g.own_author]
+    # Judges with no observation on this scale (e.g. stored scores without log-odds) are in no fit: they do not
+    # empty the intersection.
+    judged = [set(obs.loc[obs["judge"] == j, col]) for j in g.own_author if (obs["judge"] == j).any()]
     common = set.intersection(*judged) if judged else set()
     return sorted(common - own)
 
