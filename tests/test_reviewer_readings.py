@@ -246,8 +246,11 @@ def test_the_llama_label_rows_hold_their_one_order() -> None:
 PAPER_SWEEP = os.environ.get("SELFPREF_PAPER_SWEEP", "/tmp/paper_sweep")
 
 
-@pytest.mark.skipif(not (Path(PAPER_SWEEP) / "analysis" / "degenerate_units.csv").is_file(),
-                    reason="the imported and analysed paper sweep is not here ($SELFPREF_PAPER_SWEEP)")
+_PAPER_FILES = ("degenerate_units.csv", "length_control_by_source.csv", "label_comparison.csv", "question_collapse.csv")
+
+
+@pytest.mark.skipif(not all((Path(PAPER_SWEEP) / "analysis" / f).is_file() for f in _PAPER_FILES),
+                    reason="the paper sweep, imported and analysed by this code, is not here ($SELFPREF_PAPER_SWEEP)")
 def test_on_the_papers_data() -> None:
     analysis = Path(PAPER_SWEEP) / "analysis"
     flagged = pd.read_csv(analysis / "degenerate_units.csv")
