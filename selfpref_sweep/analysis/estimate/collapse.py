@@ -63,23 +63,26 @@ def _share(sub: pd.DataFrame) -> tuple[float, float, float]:
     return article_mean_ci(sub["same"].to_numpy(float), sub["article_id"].to_numpy(str), _CONFIDENCE, bounded=True)
 
 
-def _base_row(sub: pd.DataFrame) -> dict[str, Any]:
-    """A base evaluator's own row: its share and correlation, read on the share's test alone."""
+def _own_row(sub: pd.DataFrame, task: str, note: str) -> dict[str, Any]:
+    """A unit's own figures: its coordinates, counts, share with its interval, and correlation."""
     first = sub.iloc[0]
-    row: dict[str, Any] = {**{k: first[k] for k in UNIT_KEYS}, "evaluator": first["evaluator"],
-                           "finetune_task": "none", "n_items": len(sub), "n_articles": int(sub["article_id"].nunique()),
-                           "corr": _corr(sub), "note": "the base model"}
+    row: dict[str, Any] = {**{k: first[k] for k in UNIT_KEYS}, "evaluator": first["evaluator"], "finetune_task": task,
+                           "n_items": len(sub), "n_articles": int(sub["article_id"].nunique()), "corr": _corr(sub),
+                           "note": note}
     row["same_share"], row["same_ci_low"], row["same_ci_high"] = _share(sub)
+    return row
+
+
+def _base_row(sub: pd.DataFrame) -> dict[str, Any]:
+    """A base evaluator's own row, read on the share's test alone."""
+    row = _own_row(sub, "none", "the base model")
     row["reading"] = _reading(row)
     return row
 
 
 def _unit_row(sub: pd.DataFrame, base: pd.DataFrame) -> dict[str, Any]:
     first = sub.iloc[0]
-    row: dict[str, Any] = {**{k: first[k] for k in UNIT_KEYS}, "evaluator": first["evaluator"],
-                           "finetune_task": first["finetune_task"], "n_items": len(sub),
-                           "n_articles": int(sub["article_id"].nunique()), "corr": _corr(sub), "note": ""}
-    row["same_share"], row["same_ci_low"], row["same_ci_high"] = _share(sub)
+    row = _own_row(sub, first["finetune_task"], "")
     ref = base[(base["evaluator_variant"] == str(first["evaluator"])) & (base["dataset"] == first["dataset"])
                & (base["label"] == first["label"])]
     both = sub.merge(ref[[*_JOIN, "same", "rec_score", "pref_score"]], on=_JOIN, suffixes=("", "_base"))

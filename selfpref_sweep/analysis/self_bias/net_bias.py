@@ -57,13 +57,13 @@ def _shifted(row: dict[str, Any], setting: str, scale: str) -> dict[str, Any]:
     return row
 
 
-def _group_rows(g: Group, items: pd.DataFrame) -> list[dict[str, Any]]:
+def _group_rows(g: Group) -> list[dict[str, Any]]:
     rows = []
     for scale in SELF_BIAS_SCALES:
         made = [(CROSS_JUDGE, r) for r in cross_judge.cross_judge_rows(g, scale)]
         made += [(HUMAN_ANCHORED, r) for r in anchored.anchored_rows(g, scale)]
         if g.key["question"] == "preference":
-            made += [(VERIFIABLE, r) for r in verifiable.verifiable_rows(items, scale)]
+            made += [(VERIFIABLE, r) for r in verifiable.verifiable_rows(g.items, scale)]
         for estimator, r in made:
             if estimator != VERIFIABLE and r["n_own"] == 0:
                 # A judge that rated no output of its own: its ratings count for the others, it has no self row.
@@ -115,9 +115,7 @@ def self_bias_frame(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Every estimator's rows for every group of the sweep, and the groups' notes (left out, merged)."""
     rows, notes = [], []
     for g in groups(items):
-        sub = items[(items["setting"].astype(str) == g.key["setting"]) & (items["label"].astype(str) == g.key["label"])
-                    & (items["dataset"].astype(str) == g.key["dataset"]) & ~items["is_finetuned"].astype(bool)]
-        rows += _group_rows(g, sub)
+        rows += _group_rows(g)
         notes += [f"{g.key['dataset']} / {g.key['question']}: {n}" for n in g.notes]
     if not rows:
         return empty_frame(), notes

@@ -13,7 +13,6 @@ Scales, as the rest of the report: ``logodds`` (the pair's position-debiased log
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +22,7 @@ from ...records.schema import QUESTION_PREFIX
 
 GROUP_KEYS = ("setting", "label", "dataset", "question")
 SELF_BIAS_SCALES = ("logodds", "paper")
-PAIRWISE, INDIVIDUAL = "pairwise", "individual"
+INDIVIDUAL = "individual"
 # Exclusions that concern only the pair's share own / (own + other), not either reading: an individual item
 # excluded for one of these still gives its two ratings (a judge that rated no output of its own, a rating at or
 # below 0, both ratings 0).
@@ -43,13 +42,8 @@ class Group:
     obs: dict[str, pd.DataFrame] = field(default_factory=dict)  # scale -> judge, author(s), article_id, y (+ facts)
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def authors(self) -> list[str]:
-        frames = [f for f in self.obs.values() if not f.empty]
-        if not frames:
-            return []
-        cols = [c for c in ("author", "other_author") if c in frames[0]]
-        return sorted({str(a) for f in frames for c in cols for a in f[c]} | set(self.own_author.values()))
+    # The group's base-judge items (both questions), which the verifiable-answer estimator reads as they are.
+    items: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _base_judges(items: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -114,7 +108,7 @@ def groups(items: pd.DataFrame) -> list[Group]:
             if f"{p}_excluded" not in sub:
                 continue
             g = Group({"setting": str(setting), "label": str(label), "dataset": str(dataset), "question": question},
-                      str(setting), {str(k): v for k, v in own.items()}, family)
+                      str(setting), {str(k): v for k, v in own.items()}, family, items=sub)
             for scale in SELF_BIAS_SCALES:
                 if setting == INDIVIDUAL:
                     g.obs[scale], dup = _individual_obs(sub, p, scale)
@@ -131,6 +125,3 @@ def groups(items: pd.DataFrame) -> list[Group]:
             out.append(g)
     return out
 
-
-def finite(x: float) -> bool:
-    return isinstance(x, float | int) and math.isfinite(x)
