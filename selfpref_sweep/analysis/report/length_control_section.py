@@ -24,13 +24,17 @@ BY_SOURCE_SECTION = "Length-controlled self-preference per other source"
 _SCALE_WORDS = {"logodds": "log-odds", "paper": "paper's"}
 
 
+def _reading(p: float, note: str, what: str, alpha: float) -> str:
+    """``what``'s test against no bias in words; without a p, "no verdict" (the note says why) or a dash."""
+    if not math.isfinite(p):
+        return "no verdict (see note)" if note else DASH
+    words = "differs from no bias" if p < alpha else "not shown to differ from no bias"
+    return f"{what} {words} (p {'< 0.001' if p < 0.001 else '= ' + fmt_p(p)})"
+
+
 def verdict(row: pd.Series, alpha: float = ALPHA) -> str:
     """The row's reading, from the test of the controlled preference against no bias only."""
-    p = float(row["controlled_p"])
-    if not math.isfinite(p):
-        return "no verdict (see note)" if row["note"] else DASH
-    words = "differs from no bias" if p < alpha else "not shown to differ from no bias"
-    return f"length-controlled preference {words} (p {'< 0.001' if p < 0.001 else '= ' + fmt_p(p)})"
+    return _reading(float(row["controlled_p"]), row["note"], "length-controlled preference", alpha)
 
 
 def length_control_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -55,11 +59,8 @@ def source_verdict(row: pd.Series, alpha: float = ALPHA) -> str:
     """A source's reading, from the test of its adjusted preference against no bias only; an estimate that
     extrapolates says so first."""
     p = float(row["adjusted_p"])
-    if not math.isfinite(p):
-        return "no verdict (see note)" if row["note"] else DASH
-    words = "differs from no bias" if p < alpha else "not shown to differ from no bias"
-    reading = f"adjusted preference {words} (p {'< 0.001' if p < 0.001 else '= ' + fmt_p(p)})"
-    return f"extrapolated: {reading}" if bool(row["extrapolates"]) else reading
+    reading = _reading(p, row["note"], "adjusted preference", alpha)
+    return f"extrapolated: {reading}" if bool(row["extrapolates"]) and math.isfinite(p) else reading
 
 
 def by_source_table(frame: pd.DataFrame) -> pd.DataFrame:
