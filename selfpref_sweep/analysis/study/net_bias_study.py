@@ -35,7 +35,7 @@ from scipy.special import expit
 
 from ..self_bias import cross_judge
 from ..self_bias.net_bias import CROSS_JUDGE, self_bias_frame
-from .coverage import TARGETS, verdict
+from .coverage import TARGETS, aggregate
 from .coverage_mode import print_and_write
 
 TRUTH_ARTICLES = 100_000
@@ -184,7 +184,7 @@ def run(d: NetBiasDesign, reps: int, seed: int, null: bool = False) -> pd.DataFr
         frame, _ = self_bias_frame(draw_items(d, rng, kappa=kappa))
         for key, hits in _score_rep(frame, truth, d, kappa).items():
             trials.setdefault(key, []).append(hits)
-    return _table(trials, reps)
+    return _table(trials)
 
 
 _LABELS = {"cover": ("coverage", "κ 95% CI covers the truth"),
@@ -192,19 +192,17 @@ _LABELS = {"cover": ("coverage", "κ 95% CI covers the truth"),
            "fit": ("fit", "fit test rejects at 5%")}
 
 
-def _table(trials: dict[str, list[list[bool]]], reps: int) -> pd.DataFrame:
+def _table(trials: dict[str, list[list[bool]]]) -> pd.DataFrame:
     rows = []
     for key, per_rep in sorted(trials.items()):
         kind, scale, *rest = key.split("|")
-        h = np.array([sum(x) for x in per_rep], dtype=float)
-        n = np.array([len(x) for x in per_rep], dtype=float)
-        rate = h.sum() / n.sum() if n.sum() else math.nan
-        # Rep-clustered (ratio-estimator) MC SE: a rep's judges share its articles.
-        se = math.sqrt(np.sum((h - rate * n) ** 2) / (len(n) * (len(n) - 1))) / n.mean() if len(n) > 1 else math.nan
         target_kind, label = _LABELS[kind]
-        word = verdict(rate, se, target_kind, reps) if target_kind in TARGETS else ""
-        rows.append({"measure": label + (f" ({rest[0]})" if rest else ""), "scale": scale, "rate": rate, "mc_se": se,
-                     "trials": int(n.sum()), "reading": word})
+        # The coverage study's pooled rate and rep-clustered MC SE (a rep's judges share its articles); the fit
+        # test's rate has no target, so no reading.
+        cell = aggregate(([sum(x), len(x), 0] for x in per_rep), target_kind if target_kind in TARGETS else "size")
+        rows.append({"measure": label + (f" ({rest[0]})" if rest else ""), "scale": scale, "rate": cell.rate,
+                     "mc_se": cell.se, "trials": cell.trials,
+                     "reading": cell.verdict if target_kind in TARGETS else ""})
     return pd.DataFrame(rows)
 
 
