@@ -292,7 +292,7 @@ def check_duplicates(ratings: list[Rating], path: Path) -> None:
                        f"{r.dataset!r}) twice; keep one row")
 
 
-def output_facts(ratings: list[Rating], path: Path, columns: Mapping[str, str]) -> dict[tuple[str, str, str], dict]:
+def facts_by_output(ratings: list[Rating], path: Path, columns: Mapping[str, str]) -> dict[tuple[str, str, str], dict]:
     """(dataset, author, item) -> the facts the rows give about that output; two rows giving one fact different
     values is an error naming both rows."""
     facts: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -460,7 +460,7 @@ def import_ratings(path: str | Path, out: str | Path, columns: str | Mapping[str
     counts: Counter = Counter()
     ratings = [parse_row(raw, cols, path, counts) for raw in read_rows(path, cols)]
     check_duplicates(ratings, path)
-    ctx = Context(path.name, output_facts(ratings, path, cols), names)
+    ctx = Context(path.name, facts_by_output(ratings, path, cols), names)
     plan = plan_cells(ratings)
     judges, authors = _ordered([r.judge for r in ratings]), _ordered([r.author for r in ratings])
     listed, n_items = [], 0
