@@ -42,6 +42,7 @@ from .fit import (
     _scales_present,
     _usable,
 )
+from .units import without_units
 
 # finetune_task values that train self-recognition (config.SELF_RECOGNITION_TASKS); every other non-"none"
 # task is a control.
@@ -472,17 +473,15 @@ AS_REPORTED, ONE_CLUSTER_PER_MODEL, DEGENERATE_KEPT = ("as reported", "each fine
                                                        "degenerate arms kept")
 
 
-def _robustness_variants(units: pd.DataFrame, degenerate_keys: set, recognition_tasks: Sequence[str]
+def _robustness_variants(units: pd.DataFrame, degenerate: pd.DataFrame, recognition_tasks: Sequence[str]
                          ) -> list[tuple[str, pd.DataFrame, str | None]]:
     """(variant, the units it fits, its cluster column) for one base evaluator's fine-tuned paper units."""
-    keyed = units.assign(_key=list(zip(*(units[k].astype(str) for k in ("setting", "label", "dataset",
-                                                                          "evaluator_variant")), strict=True)))
-    kept = keyed[~keyed["_key"].isin(degenerate_keys)]
+    kept = without_units(units, degenerate)
     out = [(AS_REPORTED, kept, None), (ONE_CLUSTER_PER_MODEL, kept, "evaluator_variant")]
     controls = sorted(set(kept["finetune_task"].astype(str)) - set(recognition_tasks))
     out += [(f"without {task}", kept[kept["finetune_task"].astype(str) != task], None) for task in controls]
-    if len(kept) < len(keyed):
-        out.append((DEGENERATE_KEPT, keyed, None))
+    if len(kept) < len(units):
+        out.append((DEGENERATE_KEPT, units, None))
     return out
 
 
@@ -494,14 +493,12 @@ def interaction_robustness(units: pd.DataFrame, degenerate: pd.DataFrame,
     fits leave out kept: whether the reading rests on one task, one model's two points, or constant answerers."""
     tuned = units[units["finetune_task"].notna() & (units["finetune_task"].astype(str) != "none")] \
         if not units.empty else units
-    drop = {tuple(str(r[k]) for k in ("setting", "label", "dataset", "evaluator_variant"))
-            for _, r in degenerate.iterrows()}
     rows = []
     for (setting, label, evaluator), sub in tuned.groupby(["setting", "label", "evaluator"], sort=True):
         if len(set(sub["finetune_task"].astype(str)) - set(recognition_tasks)) < 2:
             continue
         for scale in _scales_present(sub, "{q}_{s}_mean"):
-            for variant, data, cluster in _robustness_variants(sub, drop, recognition_tasks):
+            for variant, data, cluster in _robustness_variants(sub, degenerate, recognition_tasks):
                 pts = _points(data, f"rec_{scale}_mean", f"pref_{scale}_mean", ["finetune_task", "evaluator_variant"])
                 r = fit_interaction(pts, scale=scale, recognition_tasks=recognition_tasks, cluster_col=cluster)
                 rows.append({"setting": setting, "label": label, "evaluator": evaluator, "scale": scale,
