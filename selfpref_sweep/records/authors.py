@@ -27,7 +27,6 @@ OUTPUTS_KEY = "outputs"  # an item's facts about its two outputs (module docstri
 SIDES = ("own", "other")
 JUDGE = "judge"
 AUTHOR, ANCHOR, CORRECT, FAMILY, WORD_COUNT = "author", "anchor", "correct", "family", "words"
-OUTPUT_FACTS = (AUTHOR, ANCHOR, CORRECT, FAMILY, WORD_COUNT)
 
 
 def author_key(name: Any) -> str:
