@@ -25,7 +25,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ..stats.article_means import article_mean, detectable_effect
-from .schema import STATUS_COMPLETE, CellSummary, Item, OrderReading, QuestionStats, Verdict, article_of, verdict_of
+from .schema import (
+    STATUS_COMPLETE,
+    STORED_TOP_TOKENS,
+    CellSummary,
+    Item,
+    OrderReading,
+    QuestionStats,
+    Verdict,
+    article_of,
+    verdict_of,
+)
 
 # Why an item has no score; every reason is counted in summary.json.
 NO_ANSWER_PROBABILITY = "no_answer_probability"  # the model put zero probability on the answers
@@ -176,6 +186,60 @@ def competence_block(rows: Sequence[Mapping[str, Any]], question: str, setting: 
     return block
 
 
+# ------------------------------------------------------------------------- do the two questions collapse?
+ORDERS = ("forward", "backward")
+# The summary a top answer names, per order (forward shows the own summary first), for a verdict that holds only the
+# top tokens another tool stored (the paper's imports).
+_TOKEN_NAMES = {"forward": {"1": "own", "2": "other"}, "backward": {"1": "other", "2": "own"}}
+AGREEMENT_KEY = "question_agreement"
+
+
+def top_answers(verdict: Verdict | None) -> str | None:
+    """A pairwise verdict's top answer in each order, as the summary it names ("own/other"): from its readings,
+    else from the top tokens another tool stored; None where an order's answer is not known."""
+    if verdict is None:
+        return None
+    if verdict.orders and all(o in verdict.orders for o in ORDERS):
+        picks = [verdict.orders[o].chosen for o in ORDERS]
+    else:
+        tokens = verdict.extra.get(STORED_TOP_TOKENS)
+        if not (isinstance(tokens, list) and len(tokens) == len(ORDERS)):
+            return None
+        picks = [_TOKEN_NAMES[o].get(str(t)) for o, t in zip(ORDERS, tokens, strict=True)]
+    return "/".join(picks) if all(p in ("own", "other") for p in picks) else None
+
+
+def question_agreement(items: Sequence[Item], questions: Sequence[str], confidence: float) -> dict[str, Any] | None:
+    """summary.json's ``question_agreement``: whether "which did you write?" and "which is better?" are one readout
+    for this judge. Over the items kept in both questions whose top answers are known in both orders, the share
+    whose two questions get the same top answer in both orders (0.25 if they were independent coin flips), with
+    its interval over articles, and the per-item Pearson correlation of the two paper-scale scores (descriptive).
+    The analysis reads a fine-tuned arm's share against its base model's (analysis/estimate/collapse.py). None
+    where the cell does not ask both questions pairwise."""
+    if not {"recognition", "preference"} <= set(questions) or not items:
+        return None
+    pairs = [(it.article_id, it.verdicts["recognition"], it.verdicts["preference"]) for it in items]
+    if any(v.summaries is not None for _, r, p in pairs for v in (r, p)):
+        return None  # the individual setting: no pairwise answers
+    answered = [(a, top_answers(r), top_answers(p), r.score, p.score) for a, r, p in pairs
+                if not (r.excluded or p.excluded)]
+    answered = [row for row in answered if row[1] is not None and row[2] is not None]
+    same = [float(r == p) for _, r, p, _, _ in answered]
+    share = article_mean(same, [a for a, *_ in answered], confidence, bounded=True)
+    return {"n_items": len(answered), "same_share": share["mean"], "ci_low": share["ci_low"],
+            "ci_high": share["ci_high"], "corr": _pearson([row[3] for row in answered], [row[4] for row in answered])}
+
+
+def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """The Pearson correlation; None with fewer than 3 pairs or a constant side."""
+    if len(x) < 3:
+        return None
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
+    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
+    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+
+
 # ------------------------------------------------------------------------- a cell's summary
 def exclusion_counts(items: Sequence[Item], questions: Sequence[str]) -> dict[str, int]:
     """Items per exclusion reason (an item excluded in both questions for one reason counts once)."""
@@ -191,6 +255,10 @@ def summary_record(items: Sequence[Item], questions: Sequence[str], stats: dict[
     """A complete cell's summary.json from its items and their statistics: the counts and the position
     consistency follow from them; `fields` are the rest (cell, n_articles, min_answer_mass, extra, ...).
     The cell and the planted-bias simulator both build their summaries here."""
+    pairwise = (fields.get("cell") or {}).get("setting") != "individual"
+    agreement = question_agreement(items, questions, 0.95) if pairwise else None
+    if agreement is not None:  # pairwise with both questions: whether they are one readout
+        fields["extra"] = {**fields.get("extra", {}), AGREEMENT_KEY: agreement}
     return CellSummary(
         STATUS_COMPLETE, n_items=len(items),
         n_excluded=sum(1 for it in items if any(it.verdicts[q].excluded for q in questions)),

@@ -6,7 +6,9 @@ columns, and each control with a ``control_reading`` for its reading of the cell
 per cell, whether its judge (1) can do the task at all (the competence control passed), (2) reads the question
 (the placebo question answered above chance), and (3) answers recognition and preference apart from the
 placebo (not "answering every question alike"). Only a cell that passes all three gives a self-recognition or
-self-preference result that means something; a control that was not run is said, never taken as passed.
+self-preference result that means something; a control that was not run is said, never taken as passed. In a
+sweep with fine-tuned arms a column says, per arm and its base model, whether the two questions collapse into one
+readout (estimate/collapse.py): a collapsed arm's recognition and preference cannot be told apart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from types import ModuleType
 import pandas as pd
 
 from ...reporting.controls import ControlReading
+from ...reporting.formatting import fmt
+from ...reporting.grouping import UNIT_KEYS
 from ...reporting.items import Design
 from ...reporting.method_texts import method_text
 from ..sweep.report_modules import control_modules, measurement_reports
@@ -60,19 +64,39 @@ def verdict(cell: pd.Series, controls: Sequence[ModuleType] | None = None) -> st
         "informative: the judge passes every control"
 
 
-def judge_controls_table(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: the controls (each control's ``CONTROL_COLUMNS``) and the verdict (cells sorted by evaluator,
-    setting, dataset, source)."""
+COLLAPSE_COLUMN = "two questions: same answer in both orders (base model's)"
+NOT_COLLAPSE_UNIT = "— (neither a fine-tuned arm nor its base model, pairwise)"
+
+
+def judge_controls_table(cells: pd.DataFrame, collapse: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per cell: the controls (each control's ``CONTROL_COLUMNS``), where the sweep has fine-tuned arms whether
+    the cell's two questions collapse (``collapse``: estimate/collapse.question_collapse's rows), and the verdict
+    (cells sorted by evaluator, setting, dataset, source)."""
     controls = control_modules()
-    cols = [*CELL_COLUMNS, *(c for mod in controls for c in mod.CONTROL_COLUMNS), "verdict"]
+    with_collapse = collapse is not None and not collapse.empty
+    cols = [*CELL_COLUMNS, *(c for mod in controls for c in mod.CONTROL_COLUMNS),
+            *([COLLAPSE_COLUMN] if with_collapse else []), "verdict"]
     if cells.empty:
         return pd.DataFrame(columns=cols)
     rows = []
     ordered = cells.sort_values(["evaluator_variant", "setting", "dataset", "source"], kind="stable")
     for _, c in ordered.iterrows():
         rows.append([c["evaluator_variant"], c["setting"], c["dataset"], c["source"],
-                     *(t for mod in controls for t in mod.control_texts(c, NOT_RUN)), verdict(c, controls)])
+                     *(t for mod in controls for t in mod.control_texts(c, NOT_RUN)),
+                     *([collapse_text(c, collapse)] if with_collapse else []), verdict(c, controls)])
     return pd.DataFrame(rows, columns=cols)
+
+
+def collapse_text(cell: pd.Series, collapse: pd.DataFrame) -> str:
+    """The cell's unit's collapse reading (the share over all its sources' items, beside its base model's)."""
+    match = collapse
+    for key in UNIT_KEYS:
+        match = match[match[key].astype(str) == str(cell[key])]
+    if match.empty:
+        return NOT_COLLAPSE_UNIT
+    r = match.iloc[0]
+    base = "" if pd.isna(r["base_same_share"]) else f" ({fmt(r['base_same_share'])})"
+    return f"{fmt(r['same_share'])}{base}: {r['reading']}"
 
 
 def applies(design: Design) -> bool:

@@ -217,7 +217,7 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
                method_text("dose_trend", TEXTS),
                lambda r: F.trend_table(r.est.trends), applies=lambda d: d.diffs and d.trends, level=3,
                fitted=lambda r: r.est.trends),
-    ReportItem(J.NAME, J.SECTION, J.text, lambda r: J.judge_controls_table(r.data.cells),
+    ReportItem(J.NAME, J.SECTION, J.text, lambda r: J.judge_controls_table(r.data.cells, r.collapse),
                applies=J.applies, to_wandb=REPORT_TABLE),
     ReportItem(LC.NAME, LC.SECTION, LC.text, LC.table, applies=lambda d: d.length_control),
     ReportItem(LC.BY_SOURCE_NAME, LC.BY_SOURCE_SECTION, LC.by_source_text, LC.by_source,

@@ -32,7 +32,6 @@ from ...records.schema import (
     QUESTIONS,
     RESULTS_FILE,
     STATUS_COMPLETE,
-    STORED_TOP_TOKENS,
     SUMMARY_FILE,
     CellRecord,
     CellSummary,
@@ -42,6 +41,7 @@ from ...records.schema import (
     read_cell,
     transfer_of,
 )
+from ...records.scores import ORDERS, top_answers
 from ...records.sweep_dirs import find_cell_dirs
 from ...records.text_features import word_count
 
@@ -281,7 +281,6 @@ def _side_values(verdict: Verdict | None) -> tuple[float, float]:
 
 # Each order's P(own) of a pairwise preference verdict (NaN where the verdict does not hold that order): a run that
 # asked one order is compared with the same order of another run, never with its two-order mean.
-ORDERS = ("forward", "backward")
 ORDER_QUESTIONS = ("pref",)
 
 
@@ -292,25 +291,6 @@ def _order_scores(verdict: Verdict | None) -> tuple[float, float]:
     if not orders:
         return math.nan, math.nan
     return tuple(num(getattr(orders.get(name), "p_own", None)) for name in ORDERS)  # type: ignore[return-value]
-
-
-# The summary a top answer names, per order: forward shows the own summary first.
-_TOKEN_NAMES = {"forward": {"1": "own", "2": "other"}, "backward": {"1": "other", "2": "own"}}
-
-
-def _answers(verdict: Verdict | None) -> str | None:
-    """A pairwise verdict's top answer in each order, as the summary it names ("own/other"): from its readings,
-    else from the top tokens another tool stored; None where an order's answer is not known."""
-    if verdict is None:
-        return None
-    if verdict.orders and all(o in verdict.orders for o in ORDERS):
-        picks = [verdict.orders[o].chosen for o in ORDERS]
-    else:
-        tokens = verdict.extra.get(STORED_TOP_TOKENS)
-        if not (isinstance(tokens, list) and len(tokens) == len(ORDERS)):
-            return None
-        picks = [_TOKEN_NAMES[o].get(str(t)) for o, t in zip(ORDERS, tokens, strict=True)]
-    return "/".join(picks) if all(p in ("own", "other") for p in picks) else None
 
 
 def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -328,7 +308,7 @@ def _item_rows(items: Sequence[Item], base: dict[str, Any]) -> list[dict[str, An
             row[f"{p}_own_value"], row[f"{p}_other_value"] = _side_values(verdict)
             if p in ORDER_QUESTIONS:  # which order the label comparison reads (paired.label_vs_reference)
                 row[f"{p}_forward_score"], row[f"{p}_backward_score"] = _order_scores(verdict)
-            row[f"{p}_answers"] = _answers(verdict)  # whether the two questions collapse (estimate/collapse.py)
+            row[f"{p}_answers"] = top_answers(verdict)  # whether the two questions collapse (estimate/collapse.py)
         for m in measurements:
             row.update(m.item_columns(item.measured.get(m.item_key)))
         rows.append(row)
