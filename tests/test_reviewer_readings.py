@@ -269,6 +269,15 @@ def test_on_the_papers_data() -> None:
     controls = gpt35[gpt35["finetune_task"].isin(["readability", "vowel"])]
     assert (controls["reading"].str.startswith("collapsed")).sum() >= 7  # of 8: vowel on XSUM, read on CNN, is not
     assert (gpt35.loc[gpt35["finetune_task"] == "none", "reading"].str.startswith("apart")).all()
+    # The xsum random and always_1 fine-tunes share one model id: a robustness row leaves them out.
+    from selfpref_sweep.analysis.estimate.finetune_tests import DUPLICATES_DROPPED
+
+    robust = pd.read_csv(analysis / "interaction_robustness.csv")
+    assert DUPLICATES_DROPPED in set(robust.loc[robust["evaluator"] == "gpt35", "variant"])
+    # Each pairwise cell's own figure, in its summary.json.
+    cells = [json.loads(p.read_text()) for p in Path(PAPER_SWEEP).glob("pairwise/label_none/*/*/*/summary.json")]
+    assert cells and all(0 <= c["question_agreement"]["same_share"] <= 1 for c in cells
+                         if c["question_agreement"]["n_items"])
 
 
 # --- item 1: do the two questions collapse into one? -------------------------------------------------------------
@@ -344,3 +353,68 @@ def test_the_interaction_robustness_table_on_three_control_tasks():
     assert reported["estimate"] == pytest.approx(fit_interaction(pts).estimate)
     assert reported["ci_low"] > 0  # the planted slopes differ by 0.4
     assert table.set_index("variant").loc["without vowel", "n_control"] == 8
+
+
+def test_a_shared_fine_tune_identity_gets_its_own_robustness_row():
+    import numpy as np
+
+    from selfpref_sweep.analysis.estimate.finetune_tests import DUPLICATES_DROPPED, interaction_robustness
+    from selfpref_sweep.analysis.estimate.units import DEGENERATE_COLUMNS
+
+    rng = np.random.default_rng(7)
+    rows = []
+    arms = [("recognition", f"r{k}", 1.4, "") for k in range(4)] + [
+        ("length", "l0", 1.0, ""), ("length", "l1", 1.0, ""), ("vowel", "v0", 1.0, "one-model"),
+        ("readability", "b0", 1.0, "one-model"), ("readability", "b1", 1.0, "")]
+    for task, variant, slope, fingerprint in arms:
+        for dataset in ("xsum", "cnn"):
+            rec = rng.uniform(0.45, 0.75)
+            rows.append({"setting": "pairwise", "label": "none", "dataset": dataset, "evaluator": "m",
+                         "evaluator_variant": variant, "finetune_task": task, "finetune_fingerprint": fingerprint,
+                         "rec_paper_mean": rec, "pref_paper_mean": 0.5 + slope * (rec - 0.5) + rng.normal(0, 0.01),
+                         "rec_logodds_mean": np.nan, "pref_logodds_mean": np.nan})
+    table = interaction_robustness(pd.DataFrame(rows), pd.DataFrame(columns=DEGENERATE_COLUMNS)).set_index("variant")
+    # v0 and b0 name one model: the row leaves both out (4 of the 10 control points gone).
+    assert table.loc[DUPLICATES_DROPPED, "n_control"] == table.loc["as reported", "n_control"] - 4
+    no_dupes = [dict(r, finetune_fingerprint="") for r in rows]
+    plain = interaction_robustness(pd.DataFrame(no_dupes), pd.DataFrame(columns=DEGENERATE_COLUMNS))
+    assert DUPLICATES_DROPPED not in set(plain["variant"])
+
+
+def test_a_pairwise_cell_writes_whether_its_two_questions_agree_and_an_individual_one_does_not(tmp_path: Path):
+    from selfpref_sweep.analysis.study.design import SimulationSpec
+    from selfpref_sweep.analysis.study.simulate import write_sweep
+    from selfpref_sweep.records.schema import read_cell
+    from selfpref_sweep.records.scores import AGREEMENT_KEY, question_agreement, top_answers
+
+    for setting in ("pairwise", "individual"):
+        out = tmp_path / setting
+        write_sweep(SimulationSpec(n_articles=8, setting=setting, recognition_variants=1, control_variants=0,
+                                   include_base=False, datasets=("d",), sources=("human",)), out)
+        record = read_cell(next(p.parent for p in out.rglob("summary.json")))
+        block = record.summary.extra.get(AGREEMENT_KEY)
+        if setting == "individual":
+            assert block is None
+            continue
+        items = record.items
+        kept = [it for it in items if not any(it.verdicts[q].excluded for q in ("recognition", "preference"))]
+        same = [top_answers(it.verdicts["recognition"]) == top_answers(it.verdicts["preference"]) for it in kept]
+        assert block["n_items"] == len(kept) and block["same_share"] == pytest.approx(sum(same) / len(same))
+        assert block["ci_low"] <= block["same_share"] <= block["ci_high"]
+        assert -1 <= block["corr"] <= 1
+        assert question_agreement(items, ("recognition", "preference"), 0.95) == pytest.approx(block)
+
+
+def test_the_judge_controls_table_names_each_arms_collapse_reading():
+    from selfpref_sweep.analysis.estimate.collapse import APART, COLLAPSED, question_collapse
+    from selfpref_sweep.analysis.report import judge_controls as J
+
+    collapse = question_collapse(_collapse_items())
+    cell = {"setting": "pairwise", "label": "none", "dataset": "d"}
+    tuned = J.collapse_text(pd.Series({**cell, "evaluator_variant": "m [ft readability]"}), collapse)
+    share = collapse.set_index("evaluator_variant").loc["m [ft readability]"]
+    assert tuned.endswith(COLLAPSED) and tuned.startswith(f"{share['same_share']:.3f} ({share['base_same_share']:.3f})")
+    assert J.collapse_text(pd.Series({**cell, "evaluator_variant": "m"}), collapse).endswith(APART)
+    assert J.collapse_text(pd.Series({**cell, "evaluator_variant": "other"}), collapse) == J.NOT_COLLAPSE_UNIT
+    assert J.COLLAPSE_COLUMN in J.judge_controls_table(pd.DataFrame(), collapse).columns
+    assert J.COLLAPSE_COLUMN not in J.judge_controls_table(pd.DataFrame()).columns

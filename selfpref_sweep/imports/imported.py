@@ -41,6 +41,7 @@ class ImportedCell:
     warnings: list[str] = field(default_factory=list)
     block: dict[str, Any] = field(default_factory=dict)  # summary.json[IMPORT_BLOCK]
     own_summaries: dict[str, Any] | None = None
+    finetune: dict[str, Any] | None = None  # summary.json's finetune block, where the source names the model
 
     @property
     def directory(self) -> str:
@@ -55,7 +56,9 @@ class ImportedCell:
             self.items, self.questions, stats, cell=self.coordinates.to_json(), n_articles=len(self.items),
             n_truncated_articles=0, min_answer_mass=0.0, own_summaries=self.own_summaries,
             warnings=list(self.warnings), elapsed_s=0.0, extra={"model_calls": 0, "cache_hits": 0,
-                                                                IMPORT_BLOCK: self.block})
+                                                                IMPORT_BLOCK: self.block,
+                                                                **({"finetune": self.finetune} if self.finetune
+                                                                   else {})})
         return summary.to_json()
 
 

@@ -24,6 +24,9 @@ from .paper_table import TABLE_FILE, TableBuilder
 SAME_MODEL_ID = ("xsum_random_ft_gpt35", "xsum_always_1_ft_gpt35")
 DEFECT_SAME_ID = ("the authors' model list maps xsum_random_ft_gpt35 and xsum_always_1_ft_gpt35 to one and the same "
                   "fine-tuned model id, so these two controls may be one model's judgements")
+# The two share one fine-tune identity in their cells (summary.json's finetune fingerprint), so that the analysis can
+# flag them as duplicates (finetune_tests.interaction_robustness leaves them out in one row).
+SHARED_MODEL_FINGERPRINT = "paper-shared-model-id:" + "+".join(SAME_MODEL_ID)
 DEFECT_LLAMA_FORMAT = ("Llama fine-tunes were trained on prompts ending '[/INST] 1' but evaluated on prompts ending "
                        "'[/INST] My answer is ': the evaluation format differs from the training format")
 DEFECT_LLAMA_FORMULAS = ("the authors' stored Llama pairwise scores mix four formulas (raw P(own); fields swapped; "
@@ -136,6 +139,7 @@ def _cell(model: F.PaperModel, source: str, ds: str, setting: str, label: str, k
              "rows_left_out": dict(left_out), "authors_source": source}
     return ImportedCell(_coordinates(model, source, ds, setting, label), tuple(questions),
                         warnings=_warnings(model, kind), block=block,
+                        finetune={"fingerprint": SHARED_MODEL_FINGERPRINT} if model.name in SAME_MODEL_ID else None,
                         own_summaries={"kind": "generated", "name": model.evaluator,
                                         "note": f"the published {model.base} summaries (the paper's own)"})
 

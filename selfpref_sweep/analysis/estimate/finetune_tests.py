@@ -471,6 +471,18 @@ ROBUSTNESS_COLUMNS = ["setting", "label", "evaluator", "scale", "variant", "n", 
                       "slope_control_ci_high", "method", "note"]
 AS_REPORTED, ONE_CLUSTER_PER_MODEL, DEGENERATE_KEPT = ("as reported", "each fine-tuned model's points one cluster",
                                                        "degenerate arms kept")
+DUPLICATES_DROPPED = "without arms that share one fine-tune identity (nor degenerate arms)"
+
+
+def shared_identity(units: pd.DataFrame) -> pd.Series:
+    """Per paper unit, whether its fine-tune identity (summary.json's finetune fingerprint) is also another arm's:
+    two arms that may be one model's judgements (the paper's xsum random and always_1 fine-tunes share one model
+    id)."""
+    if "finetune_fingerprint" not in units or units.empty:
+        return pd.Series(False, index=units.index)
+    fp = units["finetune_fingerprint"].fillna("").astype(str)
+    arms = units.assign(_fp=fp)[fp != ""].groupby("_fp")["evaluator_variant"].nunique()
+    return fp.isin(set(arms[arms > 1].index))
 
 
 def _robustness_variants(units: pd.DataFrame, degenerate: pd.DataFrame, recognition_tasks: Sequence[str]
@@ -480,6 +492,9 @@ def _robustness_variants(units: pd.DataFrame, degenerate: pd.DataFrame, recognit
     out = [(AS_REPORTED, kept, None), (ONE_CLUSTER_PER_MODEL, kept, "evaluator_variant")]
     controls = sorted(set(kept["finetune_task"].astype(str)) - set(recognition_tasks))
     out += [(f"without {task}", kept[kept["finetune_task"].astype(str) != task], None) for task in controls]
+    shared = shared_identity(units)  # flagged whether or not they are degenerate too (the paper's are)
+    if shared.any():
+        out.append((DUPLICATES_DROPPED, without_units(kept, units[shared]), None))
     if len(kept) < len(units):
         out.append((DEGENERATE_KEPT, units, None))
     return out
@@ -489,8 +504,9 @@ def interaction_robustness(units: pd.DataFrame, degenerate: pd.DataFrame,
                            recognition_tasks: Sequence[str] = RECOGNITION_TASKS) -> pd.DataFrame:
     """Per setting × label × base evaluator with two or more control tasks, the recognition-vs-control interaction
     and the control slope at the paper unit (plain OLS) as reported, with each fine-tuned model's points (its
-    datasets) one cluster (CR2, BM df), leaving out one control task at a time, and with the degenerate arms the
-    fits leave out kept: whether the reading rests on one task, one model's two points, or constant answerers."""
+    datasets) one cluster (CR2, BM df), leaving out one control task at a time, without arms that share one fine-tune
+    identity (flagged duplicates), and with the degenerate arms the fits leave out kept: whether the reading rests on
+    one task, one model's two points, a duplicated model, or constant answerers."""
     tuned = units[units["finetune_task"].notna() & (units["finetune_task"].astype(str) != "none")] \
         if not units.empty else units
     rows = []
