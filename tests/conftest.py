@@ -9,6 +9,9 @@ from hydra import compose, initialize_config_dir
 
 from selfpref_sweep.config import register_configs
 
+# The CI log's time per test file and peak memory (tests/ci_report.py), as hooks of this conftest.
+from tests.ci_report import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 PAPER_DATA = REPO.parent / "shared" / "paper-data"
