@@ -200,7 +200,8 @@ def test_the_interaction_section_prints_the_reports_one_interaction_test():
     corrected = RS.ResampledFit(**{**test.to_dict(), "method": RS.RESAMPLE_CORRECTED, "p": 0.001})
     row = T.interaction_table([plain], resampled=[test, corrected]).iloc[0]
     assert row["interaction test"] == RS.RESAMPLE_OLS and row["p"] == "0.230"
-    assert row["interaction [95% CI]"].startswith("0.250") and row["training SD (adapters)"] == "0.310 (21)"
+    assert row["interaction [95% CI]"].startswith("0.250") and row[T.training_sd_column(1)] == "0.310 (21)"
+    assert row[T.ESTIMAND_COL] == T.estimand(1) and "not the recipe" in row[T.ESTIMAND_COL]
     assert "p (interaction)" not in row and "0.010" not in " ".join(map(str, row.to_numpy()))
     alone = T.interaction_table([plain]).iloc[0]
     assert "no resampled fit" in alone["interaction test"] and alone["p"] == "0.010"

@@ -26,6 +26,24 @@ from ..study.calibration import calibration_label, pooled_over_datasets
 
 # Beside rows whose interval or test missed its stated rate in the simulator's coverage study.
 CALIBRATION_COL = "simulated calibration"
+ESTIMAND_COL = "speaks for"
+
+
+def training_sd_column(adapters: int) -> str:
+    """The name of the fit's training-variance column. With one adapter per arm a fit cannot tell training
+    randomness from an arm's own departure from the line: the SD it shows is σ̂, the arms' scatter about the line
+    beyond what the articles explain (training_variance.py). With replicated arms it is τ̂, the spread between an
+    arm's adapters: training randomness itself."""
+    return ("arms' SD about the line beyond articles, σ̂ (adapters)" if adapters <= 1
+            else "training SD between an arm's adapters, τ̂ (adapters)")
+
+
+def estimand(adapters: int) -> str:
+    """What a fine-tune fit's words are about: with one training run per arm, those runs (another run of the same
+    fine-tune recipe may land elsewhere); with replicated arms, the recipe, its training randomness in the
+    interval."""
+    return ("these training runs (one per arm), not the recipe" if adapters <= 1
+            else f"the recipe: {adapters} or more adapters per arm, their spread in the interval")
 _POINT_WORDS = {"paper unit": "paper units", "source": "cells", "item": "items"}
 
 
@@ -110,8 +128,9 @@ def resampled_table(fits: Sequence[ResampledFit], adapters: int = 1,
             "articles (datasets)": f"{f.n_articles} ({f.n_datasets}{', dataset term' if f.dataset_term else ''})",
             "estimate": fmt(f.estimate), "95% CI": fmt_ci(f.ci_low, f.ci_high, why=why), "p": fmt_p(f.p),
             "SE (resample)": fmt(f.se), "df": fmt_int(f.df), "draws": str(f.n_resamples) if f.ok else DASH,
-            "training SD (adapters)": f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
-            "reliability of recognition": fmt(f.reliability, 2), "reading": reading or DASH, "note": f.note,
+            training_sd_column(adapters): f"{fmt(f.training_sd)} ({f.n_adapters})" if f.ok else DASH,
+            "reliability of recognition": fmt(f.reliability, 2), "reading": reading or DASH,
+            ESTIMAND_COL: estimand(adapters) if f.ok else DASH, "note": f.note,
             CALIBRATION_COL: _resampled_label(f, reading, groupings, adapters) if f.ok else "",
         })
     return drop_empty_calibration(pd.DataFrame(rows))
@@ -164,12 +183,14 @@ def interaction_table(results: Sequence[InteractionResult], adapters: int = 1,
             why = t.no_interval or ("" if t.ok else t.note)
             test = {"interaction test": t.method, "interaction [95% CI]": est_ci(t.estimate, t.ci_low, t.ci_high, why),
                     "p": fmt_p(t.p, why=why),
-                    "training SD (adapters)": f"{fmt(t.training_sd)} ({t.n_adapters})" if t.ok else DASH}
+                    training_sd_column(adapters): f"{fmt(t.training_sd)} ({t.n_adapters})" if t.ok else DASH,
+                    ESTIMAND_COL: estimand(adapters) if t.ok else DASH}
             label = _resampled_label(t, "", test_groupings, adapters) if t.ok and math.isfinite(t.p) else ""
         else:
             test = {"interaction test": f"{r.method} (no resampled fit of these points)",
                     "interaction [95% CI]": est_ci(r.estimate, r.ci_low, r.ci_high, r.no_interval),
-                    "p": fmt_p(r.p, why=r.no_interval), "training SD (adapters)": DASH}
+                    "p": fmt_p(r.p, why=r.no_interval), training_sd_column(adapters): DASH,
+                    ESTIMAND_COL: estimand(adapters)}
             label = _interaction_label(r, groupings, adapters)
         rows.append({
             **_finetune_row_head(r),
