@@ -135,7 +135,7 @@ def test_a_judge_that_answers_every_question_alike_agrees_alike(compose_cfg, tmp
     # no discordant item on few articles: undetermined (alike needs 36 such items to bound the difference)
     assert summary["placebo"]["reading"]["outcome"] == "undetermined" and summary["placebo"]["setting"] == setting
     assert summary["placebo"]["accuracy"]["mean"] < 0.5  # it picks the shorter when asked for the longer
-    assert "undetermined, the data tell neither apart nor alike (McNemar: no discordant item; 95% upper bound" in \
+    assert "undetermined, the data tell neither apart nor alike (McNemar: no discordant item; 97.5% upper bound" in \
         capsys.readouterr().out
 
 

@@ -169,7 +169,7 @@ def test_agreement_counts_the_same_items_for_both_rates_with_wilson_intervals():
     assert (agree["preference_only"], agree["placebo_only"]) == (1, 2) and agree["mcnemar_p"] == pytest.approx(1.0)
     # preference 4/6 > 1/2; McNemar cannot reject on 3 discordant items, and 6 items cannot bound the difference
     assert block["reading"]["outcome"] == "undetermined" and block["reading"]["mcnemar_p"] == pytest.approx(1.0)
-    assert "undetermined, the data tell neither apart nor alike (McNemar p = 1 on 3 discordant items; 95% upper " \
+    assert "undetermined, the data tell neither apart nor alike (McNemar p = 1 on 3 discordant items; 97.5% upper " \
            "bound on the difference" in format_placebo(block)
     assert "McNemar needs 6 discordant items to be able to reject, there were 3" in format_placebo(block)
 
@@ -187,8 +187,11 @@ def test_the_reading_has_three_outcomes_each_from_its_own_test():
     def outcome(*counts):
         return placebo_reading(block(*counts)).outcome
 
-    # 39 vs 38 of 40 (one item apart): McNemar cannot reject, and 40 items do not bound the difference under 0.10
-    assert outcome(40, 39, 1, 0) == R.UNDETERMINED
+    # 39 vs 38 of 40 (one item apart): the placebo follows recognition nearly as far as preference does, and 40
+    # items show it: the lead (at most 0.149) is under half the link (at least 0.368 beyond chance)
+    assert outcome(40, 39, 1, 0) == R.ALIKE
+    # 32 vs 28 of 40: McNemar cannot reject, and 40 items do not bound the lead under half the link
+    assert outcome(40, 32, 6, 2) == R.UNDETERMINED
     assert outcome(40, 36, 16, 0) == R.APART  # McNemar p = 3e-5: preference follows more closely
     assert outcome(40, 30, 0, 8) == R.ALIKE  # the placebo agrees more: the bound on preference's lead is below 0
     assert outcome(40, 20, 5, 0) == R.NO_LINK  # preference agrees on half: no link to explain
@@ -196,37 +199,57 @@ def test_the_reading_has_three_outcomes_each_from_its_own_test():
     # a 3-item cell is undetermined, and says what it lacked
     three = placebo_reading(block(3, 3, 0, 0))
     assert three.outcome == R.UNDETERMINED
-    assert "McNemar needs 6 discordant items" in three.evidence() and "about 36 items" in three.evidence()
-    # many concordant items read alike only once the bound holds: 35 do not, 36 do
-    assert (outcome(35, 35, 0, 0), outcome(36, 36, 0, 0)) == (R.UNDETERMINED, R.ALIKE)
-    assert R.upper_bound(35, 0, 0) >= R.MARGIN > R.upper_bound(36, 0, 0)
+    assert "McNemar needs 6 discordant items" in three.evidence() and "about 23 items" in three.evidence()
+    # many concordant items read alike only once the bounds hold: 22 do not, 23 do
+    assert (outcome(22, 22, 0, 0), outcome(23, 23, 0, 0)) == (R.UNDETERMINED, R.ALIKE)
+    reading = placebo_reading(block(23, 23, 0, 0))
+    assert reading.upper < reading.margin == pytest.approx(R.alike_margin(23, 23)) and reading.share == R.ALIKE_SHARE
 
 
-def _trinomial_rate(n: int, p_b: float, p_c: float, says) -> float:
-    """The exact probability that the rule says `says` on n items drawn with P(only preference agrees) = p_b and
-    P(only the placebo) = p_c (the rest concordant, preference agreeing with recognition)."""
+def test_a_small_link_with_a_placebo_at_chance_never_reads_alike():
+    """Preference agrees with recognition on 55% of 1,000 items and the placebo at chance: the placebo explains
+    none of the link, so "alike" must not be said (the absolute margin of 0.10 said it for such a link)."""
+    from selfpref_sweep.measurements.placebo import placebo_rule as R
+
+    # 550 agree in preference; the placebo agrees on half of each group: both 275, only preference 275, only the
+    # placebo 225 (placebo agrees on 500).
+    assert R.read(1000, 550, 275, 225).outcome != R.ALIKE
+
+
+def _quadrinomial_rate(n: int, p: tuple[float, float, float, float], says) -> float:
+    """The exact probability that the rule says `says` on n items drawn with probabilities p of (both agree with
+    recognition, only preference, only the placebo, neither)."""
     from scipy.stats import multinomial
 
     from selfpref_sweep.measurements.placebo import placebo_rule as R
 
     total = 0.0
-    for b in range(n + 1):
-        for c in range(n + 1 - b):
-            if R.read(n, n - c, b, c).outcome == says:
-                total += multinomial.pmf([b, c, n - b - c], n, [p_b, p_c, 1 - p_b - p_c])
+    for a in range(n + 1):
+        for b in range(n + 1 - a):
+            for c in range(n + 1 - a - b):
+                counts = [a, b, c, n - a - b - c]
+                if R.read(n, a + b, b, c).outcome == says:
+                    total += multinomial.pmf(counts, n, p)
     return total
 
 
-@pytest.mark.parametrize("n", [10, 20, 36, 50])
+def _at_the_alike_boundary(p_a: float, p_c: float, share: float) -> tuple[float, float, float, float]:
+    """Probabilities with d = p_b − p_c exactly share·(p_a + p_b − 0.5): the alike claim just false."""
+    p_b = (p_c + share * (p_a - 0.5)) / (1 - share)
+    assert p_b >= 0 and p_a + p_b + p_c <= 1
+    return p_a, p_b, p_c, 1 - p_a - p_b - p_c
+
+
+@pytest.mark.parametrize("n", [10, 20, 36])
 def test_each_outcome_holds_its_rate_where_its_claim_is_false(n):
     from selfpref_sweep.measurements.placebo import placebo_rule as R
 
-    # "alike" where preference in truth leads by the margin: at most 5%, at any discordance
-    for p_c in (0.0, 0.05, 0.2):
-        assert _trinomial_rate(n, p_c + R.MARGIN, p_c, R.ALIKE) <= R.ALPHA
+    # "alike" where preference in truth leads the placebo by half its link: at most 5%, at any discordance
+    for p_a, p_c in ((0.6, 0.0), (0.65, 0.0), (0.5, 0.05), (0.4, 0.1), (0.3, 0.2)):
+        assert _quadrinomial_rate(n, _at_the_alike_boundary(p_a, p_c, R.ALIKE_SHARE), R.ALIKE) <= R.ALPHA
     # "told apart" where the two agree with recognition equally often: at most 5%
-    for p in (0.05, 0.2, 0.4):
-        assert _trinomial_rate(n, p, p, R.APART) <= R.ALPHA
+    for probs in ((0.55, 0.05, 0.05, 0.35), (0.55, 0.2, 0.2, 0.05), (0.2, 0.4, 0.4, 0.0)):
+        assert _quadrinomial_rate(n, probs, R.APART) <= R.ALPHA
 
 
 def test_the_record_flattens_into_the_agreed_columns():

@@ -78,7 +78,7 @@ class SensitivityRow:
     placebo_only: int = 0  # ... and the reverse
     test: str = ""  # CELL_TEST (placebo_rule) for a cell; POOLED_TEST for cells that share articles
     p: float = math.nan  # the test of no difference (told apart: p < 0.05 with preference ahead)
-    upper: float = math.nan  # the 95% upper bound on the difference (alike: below placebo_rule.MARGIN)
+    upper: float = math.nan  # the upper bound the alike test reads (placebo_rule; pooled: on d − s·L)
     evidence: str = ""  # the test's figures in words, printed beside the reading
     reading: str = ""  # APART, ALIKE, UNDETERMINED, NO_LINK, or why there is no placebo
 
@@ -126,9 +126,11 @@ def _cell_reading(row: SensitivityRow) -> None:
 def _pooled_reading(df: pd.DataFrame, row: SensitivityRow) -> None:
     """A pooled row's reading at the article level: its cells share articles, so its items are not independent
     pairs and McNemar's test does not apply. Each item scores +1 (only preference agrees with recognition), -1
-    (only the placebo) or 0; their mean is the difference d, tested and bounded by OLS on a constant with CR2
-    errors clustered by article: told apart when p < 0.05 with d > 0, alike when the one-sided 95% upper bound
-    is below the margin, else undetermined (also with too few articles for a clustered test)."""
+    (only the placebo) or 0; their mean is the difference d, tested by OLS on a constant with CR2 errors clustered
+    by article: told apart when p < 0.05 with d > 0. Alike, as the cell's rule, when d is below ALIKE_SHARE of
+    preference's link beyond chance: each item's score less that share of (preference agrees − 0.5), whose mean
+    is d − s·L, has a one-sided 95% upper bound below 0. Else undetermined (also with too few articles for a
+    clustered test)."""
     signs = np.sign(df[list(_LOGODDS)].to_numpy(float))
     chosen = np.all(signs != 0, axis=1)
     pref, placebo = signs[chosen, 1] == signs[chosen, 0], signs[chosen, 2] == signs[chosen, 0]
@@ -144,17 +146,20 @@ def _pooled_reading(df: pd.DataFrame, row: SensitivityRow) -> None:
         _cell_reading(row)
         row.test = f"{CELL_TEST} (every item scores {z[0]:+.0f}, so clustering changes nothing)"
         return
+    share = placebo_rule.ALIKE_SHARE
     fit = ClusteredOLS(np.ones((len(z), 1)), z, articles, ["d"])
-    test, bound = fit.coef("d", ALPHA), fit.coef("d", 2 * ALPHA)
+    test = fit.coef("d", ALPHA)
+    relative = z - share * (pref.astype(float) - 0.5)
+    bound = ClusteredOLS(np.ones((len(z), 1)), relative, articles, ["d"]).coef("d", 2 * ALPHA)
     row.p, row.upper = test.p, bound.ci_high
     if row.pref_agree / row.n_agreement <= 0.5:
         word = placebo_rule.NO_LINK
     elif test.p < ALPHA and test.estimate > 0:
         word = placebo_rule.APART
     else:
-        word = placebo_rule.ALIKE if bound.ci_high < placebo_rule.MARGIN else placebo_rule.UNDETERMINED
+        word = placebo_rule.ALIKE if bound.ci_high < 0 else placebo_rule.UNDETERMINED
     row.evidence = (f"d = {test.estimate:.3f} over {fit.n_clusters} articles, p = {fmt_p(test.p)}; 95% upper "
-                    f"bound {bound.ci_high:.3f} against the margin {placebo_rule.MARGIN:.2f}")
+                    f"bound on d − {share:g}·(preference's link beyond chance) {bound.ci_high:.3f} against 0")
     row.reading = _WORDS[word]
 
 

@@ -10,10 +10,15 @@ and their outcomes, said before reading them:
 - **told apart**: McNemar's exact test on the discordant items (two-sided) rejects d = 0 with b > c. Preference
   follows recognition more closely than the placebo does: the link is not just the judge answering every
   question alike.
-- **alike**: the 95% upper bound on d is below the margin (MARGIN, 0.10): preference agrees with recognition at
-  most that much more often than the placebo, so the link may be the judge answering every question alike.
-  The bound is the difference of one-sided 97.5% Clopper-Pearson bounds on b/n (upper) and c/n (lower), so it
-  holds at every n (a union bound, conservative): with no discordant item at all it needs 36 items.
+- **alike**: preference out-agrees the placebo by less than half of its own link beyond chance: d < s·L, with
+  L = P(preference agrees with recognition) − 0.5 and s = ALIKE_SHARE (0.5). The placebo then follows recognition
+  at least half as far beyond chance as preference does, so the link may be the judge answering every question
+  alike. The margin is relative: an absolute one (0.10, before) bounded the link itself where the placebo agrees
+  only at chance, and the same small link read "alike" or "apart" by chance alone. The test: a 97.5% upper bound
+  on d (the difference of one-sided 98.75% Clopper-Pearson bounds on b/n and c/n) below s times a 97.5% lower
+  bound on L (Clopper-Pearson on the preference agreements). Each bound fails at most 2.5% of the time, so "alike"
+  where d ≥ s·L is said at most 5% of the time, at every n (conservative); with no discordant item and preference
+  agreeing on every item it needs 23 items.
 - **undetermined**: neither. The data can tell neither; the reading names what was missing (McNemar needs 6
   discordant items before it can reject at 5%; the bound, at the rates seen, about how many items).
 - **no link**: preference agrees with recognition on half the items or fewer: there is nothing to explain.
@@ -30,7 +35,7 @@ from dataclasses import asdict, dataclass
 from scipy import stats
 
 ALPHA = 0.05
-MARGIN = 0.10  # the most by which preference may out-agree the placebo and still read "alike"
+ALIKE_SHARE = 0.5  # "alike": preference out-agrees the placebo by less than this share of its own link beyond chance
 APART, ALIKE, UNDETERMINED, NO_LINK = "apart", "alike", "undetermined", "no link"
 MAX_ITEMS = 100_000  # beyond this, "no number of items would do"
 
@@ -58,20 +63,46 @@ def upper_bound(n: float, preference_only: float, placebo_only: float, alpha: fl
     return upper_b - lower_c
 
 
-def items_for_bound(n: int, preference_only: int, placebo_only: int, margin: float = MARGIN) -> int | None:
-    """About how many items, at the discordance rates seen (no discordance: none), would bring the upper bound
-    under the margin; None when the estimate itself is at or above the margin (no number of items would)."""
-    if n <= 0 or (preference_only - placebo_only) / n >= margin:
+def link_lower_bound(n: float, preference_agree: float, alpha: float = ALPHA) -> float:
+    """A 1 − alpha/2 lower bound on preference's link beyond chance, P(preference agrees with recognition) − 0.5
+    (Clopper-Pearson; non-integer counts allowed, for the items-needed projection)."""
+    if n <= 0:
+        return -math.inf
+    low = 0.0 if preference_agree <= 0 else float(stats.beta.ppf(alpha / 2, preference_agree, n - preference_agree
+                                                                  + 1))
+    return low - 0.5
+
+
+def alike_margin(n: float, preference_agree: float, share: float = ALIKE_SHARE, alpha: float = ALPHA) -> float:
+    """The margin the bound on d must fall under to read "alike": ``share`` of the link's lower bound (0 where that
+    bound does not exceed chance: then nothing reads alike)."""
+    return share * max(0.0, link_lower_bound(n, preference_agree, alpha))
+
+
+def _alike_holds(n: float, preference_agree: float, preference_only: float, placebo_only: float, share: float
+                 ) -> bool:
+    return upper_bound(n, preference_only, placebo_only, ALPHA / 2) < alike_margin(n, preference_agree, share)
+
+
+def items_for_bound(n: int, preference_agree: int, preference_only: int, placebo_only: int,
+                    share: float = ALIKE_SHARE) -> int | None:
+    """About how many items, at the rates seen (no discordance: none), would bring the upper bound under the
+    margin; None when the estimate itself is at or above the margin (no number of items would)."""
+    if n <= 0 or (preference_only - placebo_only) / n >= share * (preference_agree / n - 0.5):
         return None
-    rate_b, rate_c = preference_only / n, placebo_only / n
+    rates = (preference_agree / n, preference_only / n, placebo_only / n)
+
+    def holds(m: int) -> bool:
+        return _alike_holds(m, *(r * m for r in rates), share)
+
     lo, hi = n, n
-    while upper_bound(hi, rate_b * hi, rate_c * hi) >= margin:
+    while not holds(hi):
         lo, hi = hi, hi * 2
         if hi > MAX_ITEMS:
             return None
-    while hi - lo > 1:  # the bound falls as items grow at fixed rates: bisect
+    while hi - lo > 1:  # the bounds tighten as items grow at fixed rates: bisect
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if upper_bound(mid, rate_b * mid, rate_c * mid) >= margin else (lo, mid)
+        lo, hi = (mid, hi) if not holds(mid) else (lo, mid)
     return hi
 
 
@@ -85,8 +116,9 @@ class PlaceboReading:
     preference_only: int
     placebo_only: int
     mcnemar_p: float  # NaN without a discordant item
-    upper: float  # the 95% upper bound on d
-    margin: float = MARGIN
+    upper: float  # the 97.5% upper bound on d
+    margin: float  # ALIKE_SHARE times the 97.5% lower bound on the link (alike_margin)
+    share: float = ALIKE_SHARE
 
     @property
     def difference(self) -> float:
@@ -97,7 +129,8 @@ class PlaceboReading:
         m = self.preference_only + self.placebo_only
         mcnemar = (f"McNemar p = {self.mcnemar_p:.2g} on {m} discordant item{'s' if m > 1 else ''}"
                    if math.isfinite(self.mcnemar_p) else "McNemar: no discordant item")
-        bound = f"95% upper bound on the difference {self.upper:.3f} against the margin {self.margin:.2f}"
+        bound = (f"97.5% upper bound on the difference {self.upper:.3f} against the margin {self.margin:.3f} ("
+                 f"{self.share:g} of preference's link beyond chance at its 97.5% lower bound)")
         if self.outcome == APART:
             return mcnemar
         if self.outcome == ALIKE:
@@ -113,11 +146,11 @@ class PlaceboReading:
         discordant = self.preference_only + self.placebo_only
         parts = [f"McNemar needs {need} discordant items to be able to reject, there were {discordant}"] \
             if discordant < need else []
-        more = items_for_bound(self.n, self.preference_only, self.placebo_only, self.margin)
+        more = items_for_bound(self.n, self.preference_agree, self.preference_only, self.placebo_only, self.share)
         parts.append(f"the bound would need about {more} items at these rates, there were {self.n}"
                      if more is not None else
-                     f"the difference seen, {self.difference:.2f}, is not below the margin, so no number of items "
-                     "would bring the bound under it")
+                     f"the difference seen, {self.difference:.2f}, is not below {self.share:g} of the link seen, so no "
+                     "number of items would bring the bound under the margin")
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
@@ -130,10 +163,11 @@ def _finite(value: float) -> float | None:
 
 
 def read(n: int, preference_agree: int, preference_only: int, placebo_only: int,
-         margin: float = MARGIN) -> PlaceboReading:
+         share: float = ALIKE_SHARE) -> PlaceboReading:
     """The rule on one cell's counts: n items with a choice in all three questions, preference agreeing with
     recognition on preference_agree of them, b and c discordant."""
-    p, upper = mcnemar_p(preference_only, placebo_only), upper_bound(n, preference_only, placebo_only)
+    p, upper = mcnemar_p(preference_only, placebo_only), upper_bound(n, preference_only, placebo_only, ALPHA / 2)
+    margin = alike_margin(n, preference_agree, share)
     if n <= 0:
         outcome = None
     elif preference_agree / n <= 0.5:
@@ -144,4 +178,4 @@ def read(n: int, preference_agree: int, preference_only: int, placebo_only: int,
         outcome = ALIKE
     else:
         outcome = UNDETERMINED
-    return PlaceboReading(outcome, n, preference_agree, preference_only, placebo_only, p, upper, margin)
+    return PlaceboReading(outcome, n, preference_agree, preference_only, placebo_only, p, upper, margin, share)
