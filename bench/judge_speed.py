@@ -108,7 +108,8 @@ def main() -> None:
     t0 = time.time()
     model = LocalModel(cfg.evaluator, model_cache=cfg.paths.model_cache)
     print(f"model loaded in {time.time() - t0:.1f}s ({model.identity.dtype}, schedule {model.identity.schedule!r}; "
-          f"split-free on this device: {model.split_free})")
+          f"split-free on this device: {model.split_free}; CPU schedule recorded for this machine: "
+          f"{model.cpu_choice})")  # keys: the default or its fallback; slabs, rows: models/local/cpu_schedules.py
     handle = CachedModel(model.identity, lambda: model, store=None)  # only for its identity in requests
     requests = paper_requests(handle, prompts, dataset)
     print(f"{len(requests)} judge prompts")

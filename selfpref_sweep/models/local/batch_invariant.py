@@ -19,7 +19,9 @@ length on one boundary. How such pieces share a forward depends on the device:
   Where the probe fails, the chunks run: the device gives each row of a batched forward the bits it gives alone
   (`rows_invariant`, probed once per model; true on the CPUs measured for pieces of 16 tokens or more), so
   pieces from many prompts share a forward, up to the device's token budget (`forward_tokens`), with results
-  bit-identical to one prompt per forward. Summaries use the chunks either way.
+  bit-identical to one prompt per forward. Summaries use the chunks either way. Where both probes fail (an AMX
+  Xeon: every piece alone, slow), faster schedules are probed and one chosen per machine, its name in the
+  schedule (models/local/cpu_schedules.py).
 - On a GPU a matrix product's kernel, and so its rounding, depends on the row count (cuBLAS picks tiles and
   split-K by shape), so rows cannot share a forward of a varying size. There every forward has exactly
   `batch_invariant_rows` rows (auto: GPU_INVARIANT_ROWS), filled with copies of a real one, and every tail is

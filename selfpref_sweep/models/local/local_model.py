@@ -2,12 +2,14 @@
 
 The backend class composes the package's concerns: answer tokens (answer_tokens.py), judging
 (answer_reading.py), summaries (decoding.py), scoring a given text (given_text.py), forwards over shared
-prefixes (forwards.py), batch-invariant computation (batch_invariant.py) and the load-time probes (probes.py).
+prefixes (forwards.py), batch-invariant computation (batch_invariant.py), the load-time probes (probes.py) and a
+CPU's choice of schedule where the default's probes fail (cpu_schedules.py).
 Here: loading, the identity and its schedule, sizing for the device, memory.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -16,6 +18,15 @@ from ..base import ModelAPI, ModelIdentity, adapter_fingerprint, option
 from .answer_reading import HEAD_ROWS, AnswerReading
 from .answer_tokens import Tokens
 from .batch_invariant import GPU_INVARIANT_ROWS, BatchInvariant
+from .cpu_schedules import (
+    CPU_FIXED_ROWS,
+    LINEAR_SLAB,
+    SCHEDULE_ROWS,
+    SCHEDULE_SLABS,
+    CpuSchedules,
+    machine_choice,
+    use_linear_slabs,
+)
 from .decoding import Decoding
 from .forwards import Forwards
 from .given_text import GivenText
@@ -46,11 +57,15 @@ def attach_adapter(model, adapter_path: str):
     return tuned
 
 
-class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInvariant, Probes, ModelAPI):
+class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInvariant, Probes, CpuSchedules,
+                 ModelAPI):
     poolable = True  # weights in memory: worth keeping between cells (models/pool.py)
 
     def __init__(self, cfg, model_cache: str, show_progress: bool = True):
         self.cfg = cfg
+        # the CPU schedule recorded for this machine (cpu_schedules.py), None where no choice applies: read once
+        # per process, so this identity is the one the cache handle made before loading
+        self.cpu_choice = self.cpu_choice_for(cfg, self._base_identity(cfg))
         self.identity = self.identity_for(cfg)
         self.model_cache = model_cache
         self.prefix_reuse = bool(option(cfg, "prefix_reuse", True))
@@ -61,7 +76,9 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
         self.generate_batch = int(option(cfg, "generate_batch", 8))
         self.forward_tokens, self.kv_budget_bytes = 1024, 2 * 2 ** 30  # set for the device by _load
         self.chunk = self.invariant_chunk(cfg)  # > 0: batch-invariant computation in chunks of this many tokens
-        self.rows = self.invariant_rows(cfg) if self.chunk else 0  # > 0: every such forward has this many rows
+        self.rows = self.invariant_rows(cfg, self.cpu_choice) if self.chunk else 0  # > 0: rows of every forward
+        # > 0: the decoder's linear layers in products of this many rows (a CPU's "slabs" schedule)
+        self.slab = LINEAR_SLAB if self.cpu_choice == SCHEDULE_SLABS else 0
         # On a CPU, batch-invariant computation pads attention's keys to whole blocks (models/local/key_blocks.py),
         # so that where the device allows (`split_free`) prompts are judged over shared prefixes, as if each alone.
         self.key_blocks = self._key_blocks_for(self.chunk)
@@ -80,24 +97,56 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
     def switch_schedule(self, chunk: int) -> None:
         """Switch the loaded model between batch-invariant computation in chunks of `chunk` tokens (on a CPU with
         attention's keys in whole blocks) and the batched schedule (0), as a config with that chunk would load
-        it. For benches that time both on one model: the identity, and so the cache keys, stay as loaded."""
+        it. For benches that time both on one model: the identity, and so the cache keys, stay as loaded.
+        Linear layers in slabs (a CPU's "slabs" schedule) belong to the batch-invariant side only."""
         key_blocks = self._key_blocks_for(chunk)
         if key_blocks != self.key_blocks:
             use_key_blocks(self.model, key_blocks)
+        if self.slab and bool(chunk) != bool(self.chunk):
+            use_linear_slabs(self.model, bool(chunk))
         self.chunk, self.key_blocks = chunk, key_blocks
 
     @classmethod
     def identity_for(cls, cfg) -> ModelIdentity:
-        chunk = cls.invariant_chunk(cfg)
-        rows = cls.invariant_rows(cfg) if chunk else 0
-        decode = rows or int(option(cfg, "generate_batch", 8))
-        # with key blocks, summaries decode at widths of whole key blocks, query heads folded ("w512"; see
-        # `_decodes_any_width`, key_blocks.folded_heads); elsewhere at widths of DECODE_WIDTH
-        fill, width = (f"x{rows}", "") if rows else (f"k{KEY_BLOCK}", f"w{KEY_BLOCK}")
-        schedule = f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}{width}" if chunk else ""
+        base = cls._base_identity(cfg)
+        return dataclasses.replace(base, schedule=cls.schedule_of(cfg, cls.cpu_choice_for(cfg, base)))
+
+    @classmethod
+    def _base_identity(cls, cfg) -> ModelIdentity:
         return ModelIdentity(name=cfg.name, backend="local", weights=weights_fingerprint(cfg),
                              dtype=resolve_dtype(cfg.dtype), adapter=adapter_fingerprint(cfg),
-                             backend_version=BACKEND_VERSION, schedule=schedule)
+                             backend_version=BACKEND_VERSION)
+
+    @classmethod
+    def schedule_of(cls, cfg, choice: str | None) -> str:
+        """The identity's schedule for a config and a CPU choice (None or SCHEDULE_KEYS: the config's own)."""
+        chunk = cls.invariant_chunk(cfg)
+        if not chunk:
+            return ""
+        rows = cls.invariant_rows(cfg, choice)
+        decode = rows or int(option(cfg, "generate_batch", 8))
+        # with key blocks, summaries decode at widths of whole key blocks, query heads folded ("w512"; see
+        # `_decodes_any_width`, key_blocks.folded_heads); elsewhere at widths of DECODE_WIDTH. "s64": linear
+        # layers in slabs of 64 rows (cpu_schedules.py), named only where a machine's probes chose it
+        slab = f"s{LINEAR_SLAB}" if choice == SCHEDULE_SLABS else ""
+        fill, width = (f"x{rows}", "") if rows else (f"k{KEY_BLOCK}{slab}", f"w{KEY_BLOCK}")
+        return f"chunks{chunk}{fill}h{HEAD_ROWS}d{decode}{width}"
+
+    def schedule_for(self, choice: str) -> str:
+        return self.schedule_of(self.cfg, choice)
+
+    @classmethod
+    def cpu_choice_for(cls, cfg, base: ModelIdentity) -> str | None:
+        """The schedule this machine's probes chose for the model (cpu_schedules.py: keys, slabs or rows), None
+        where no choice applies: batch-invariant computation off, `batch_invariant_rows` given, or a GPU."""
+        chunk = cls.invariant_chunk(cfg)
+        if not chunk or option(cfg, "batch_invariant_rows", None) is not None:
+            return None
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+        return machine_choice(base, chunk)
 
     @classmethod
     def invariant_chunk(cls, cfg) -> int:
@@ -109,14 +158,15 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
         return int(option(cfg, "batch_invariant_chunk", 64)) if on else 0
 
     @classmethod
-    def invariant_rows(cls, cfg) -> int:
+    def invariant_rows(cls, cfg, choice: str | None = None) -> int:
         """Rows of every batch-invariant forward, 0 where pieces share a forward only as they would run alone:
-        `batch_invariant_rows`, whose auto (null) is GPU_INVARIANT_ROWS where the model will run on a GPU."""
+        `batch_invariant_rows`, whose auto (null) is GPU_INVARIANT_ROWS where the model will run on a GPU, and
+        CPU_FIXED_ROWS on a CPU whose probes chose the fixed-row schedule (`choice` SCHEDULE_ROWS)."""
         rows = option(cfg, "batch_invariant_rows", None)
         if rows is None:
             import torch
 
-            rows = GPU_INVARIANT_ROWS if torch.cuda.is_available() else 0
+            rows = GPU_INVARIANT_ROWS if torch.cuda.is_available() else CPU_FIXED_ROWS if choice == SCHEDULE_ROWS else 0
         return int(rows)
 
     # ------------------------------------------------------------------ the backend contract (base.ModelAPI)
@@ -157,6 +207,8 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
         self.model.to(self.device).eval()
         if self.key_blocks:
             use_key_blocks(self.model, True)
+        if self.slab:
+            use_linear_slabs(self.model, True)
         self._size_for_device()
         if any(t != "full_attention" for t in getattr(self.model.config, "layer_types", None) or []):
             self.prefix_reuse = False  # sliding-window layers keep no full prefix to crop back to

@@ -8,7 +8,8 @@ dtype, adapter), the probe's own parameters, the device kind (CPU model and its 
 name and compute capability), torch's version and its thread count (oneDNN may split reductions by threads).
 
 Two processes writing at once may each keep only their own new verdict (last replace wins); the lost one is
-probed again on the next load, never read wrong.
+probed again on the next load, never read wrong. The same file, under the model cache's default folder, holds a
+machine's choice of CPU schedule where the default's probes fail (`recall`, `record`; cpu_schedules.py).
 """
 
 from __future__ import annotations
@@ -71,6 +72,22 @@ def remembered(folder: str, key: str, run: Callable[[], bool]) -> bool:
     return verdict
 
 
+def recall(folder: str, key: str) -> str | None:
+    """A value recorded under `key` in folder/probes.json (a machine's choice of schedule), None where none is."""
+    value = _read(Path(folder).expanduser() / FILE).get(key)
+    return value if isinstance(value, str) else None
+
+
+def record(folder: str, key: str, value: str) -> bool:
+    """Record `value` under `key` in folder/probes.json; whether it is new there (not recorded before)."""
+    path = Path(folder).expanduser() / FILE
+    known = _read(path)
+    if known.get(key) == value:
+        return False
+    _write(path, {**known, key: value})
+    return True
+
+
 def _read(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -129,7 +146,12 @@ class Probes:
         row right-padded beside another prompt's on the same prefix."""
         if not self.key_blocks:
             return False
-        return self._probe("split_free", f"block{KEY_BLOCK}", self._split_free_probe)
+        # with linear layers in slabs (a CPU's "slabs" schedule, cpu_schedules.py) the probe is that schedule's
+        slab = f"slab{self.slab}" if self.slab else ""
+        same = self._probe("split_free", f"block{KEY_BLOCK}{slab}", self._split_free_probe)
+        if not same and not self.slab:
+            self._choose_cpu_schedule()  # the fallback below may be slow: probe and record a faster schedule
+        return same
 
     def _split_free_probe(self) -> bool:
         torch = self.torch
@@ -166,11 +188,12 @@ class Probes:
                  self.device)
         return same
 
-    def _fixed_rows_probe(self) -> bool:
-        """In forwards of `rows` rows: a chunk on no cache, then a chunk on that cache, each run for rows 0..n-1
-        and for rows 1..n; every row both batches hold (at another place, beside other rows) must match."""
+    def _fixed_rows_probe(self, n: int = 0) -> bool:
+        """In forwards of n rows (default `rows`): a chunk on no cache, then a chunk on that cache, each run for
+        rows 0..n-1 and for rows 1..n; every row both batches hold (at another place, beside other rows) must
+        match."""
         torch = self.torch
-        n = self.rows
+        n = n or self.rows
         rows = torch.randint(0, min(len(self.tokenizer), 32000), (n + 1, 2 * self.chunk),
                              generator=torch.Generator().manual_seed(0)).tolist()
         same, caches = True, []
