@@ -269,7 +269,7 @@ LAYERS = (
     ("config",),  # the schemas (composed of the backends' and measurements' settings), the resolved cell spec
     ("cell", "finetune", "tracking"),  # the cell's stages; fine-tuning (which reuses them); W&B logging
     ("measurements.*",),  # each measurement's folder: its cell side, its settings, its report side
-    ("analysis", "imports"),  # the sweep's report; judgements made elsewhere, imported as cells
+    ("analysis", "imports", "design"),  # the sweep's report; imported judgements; what a planned design can detect
     ("run", "cli", "sweep_outcome"),  # the sweep runner and plan mode, the command, the sweep's end
 )
 # Pairs in one layer where the first may still not import the second: stage code runs inside fine-tuning, never the
