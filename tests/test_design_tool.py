@@ -60,3 +60,20 @@ def test_the_interaction_and_the_smallest_design():
     assert best is not None and arm_delta_test(best).detectable() <= 0.5
     assert arm_delta_test(Design(best.adapters, best.articles - 1)).detectable() > 0.5
     assert main(["--adapters", "0", "--articles", "20"]) == 2
+
+
+def test_plan_mode_says_what_the_grids_fine_tune_design_can_detect():
+    from selfpref_sweep.run.plan import design_lines
+
+    def plan(task, n, seed_fp, dataset="paper_xsum"):
+        return {"cell": {"setting": "pairwise", "dataset": dataset}, "n_articles": 20,
+                "finetune": {"evaluator": "qwen05", "task": task, "n_articles": n, "finetune_dataset": "paper_xsum",
+                             "fingerprint": seed_fp}}
+
+    plans = [plan("recognition", n, f"r{n}s{s}") for n in (2, 10, 50) for s in (0, 1)]
+    plans += [plan(t, 10, f"{t}s{s}") for t in ("length", "vowel", "readability") for s in (0, 1)]
+    plans.append({"cell": {"setting": "pairwise", "dataset": "paper_xsum"}, "n_articles": 20})  # the base model
+    lines = design_lines(plans)
+    assert "2 adapter(s) per arm, 20 articles" in lines[1] and "the recipe (2 adapters per arm" in lines[2]
+    assert any("interaction" in line and "df 2" in line for line in lines)
+    assert design_lines([plans[-1]]) == []  # no fine-tuned arm: nothing to say

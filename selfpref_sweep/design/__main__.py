@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .detectable import ALPHA, POWER, Design, arm_delta_test, interaction_test, smallest_design
+from .detectable import Design, describe
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,33 +43,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def report(d: Design, margin: float, slope_margin: float, target: float | None, setting: str) -> list[str]:
-    arm = arm_delta_test(d)
-    run = arm_delta_test(Design(**{**d.__dict__, "adapters": 1, "training_sd": None}))
-    lines = [f"design: {d.adapters} adapter(s) per arm, {d.articles} articles, {d.datasets} dataset(s), {setting}; "
-             f"power {POWER:.0%}, two-sided alpha {ALPHA:g}, log-odds",
-             f"speaks for: {d.speaks_for}",
-             f"  one training run's Δ (articles only): smallest detectable {run.detectable():.3f} "
-             f"(SE {run.se:.3f}, df {run.df:.0f})"]
-    if d.recipe:
-        lines.append(f"  the recipe's arm Δ: smallest detectable {arm.detectable():.3f} (SE {arm.se:.3f}, "
-                     f"df {arm.df:.1f}); chance of 'within ±{margin:g}' where the truth is 0: "
-                     f"{arm.equivalence_chance(margin):.2f}")
-    inter = interaction_test(d)
-    if inter is None:
-        lines.append("  interaction: needs 2+ recognition and 2+ control arms, 5+ arms in all and a recognition spread")
-    else:
-        lines.append(f"  interaction (slope difference, arm level): smallest detectable {inter.detectable():.3f} "
-                     f"(SE {inter.se:.3f}, df {inter.df:.0f}); chance of 'one common line' within ±{slope_margin:g} "
-                     f"where the truth is 0: {inter.equivalence_chance(slope_margin):.2f}")
-    if target is not None:
-        best = smallest_design(target, d)
-        lines.append(f"  smallest design whose arm Δ detects {target:g}: " +
-                     (f"{best.adapters} adapter(s) x {best.articles} articles" if best is not None
-                      else "none up to 10 adapters x 1000 articles"))
-    return lines
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -79,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print("\n".join(report(d, args.margin, args.slope_margin, args.target, args.setting)))
+    print("\n".join(describe(d, args.margin, args.slope_margin, args.target, args.setting)))
     return 0
 
 

@@ -181,3 +181,31 @@ def smallest_design(target: float, base: Design, max_adapters: int = 10, max_art
         if best is None or k * hi < best.adapters * best.articles:
             best = found
     return best
+
+
+def describe(d: Design, margin: float, slope_margin: float, target: float | None, setting: str) -> list[str]:
+    """The design's figures in lines (the command's output, and plan=true's)."""
+    arm = arm_delta_test(d)
+    run = arm_delta_test(Design(**{**d.__dict__, "adapters": 1, "training_sd": None}))
+    lines = [f"design: {d.adapters} adapter(s) per arm, {d.articles} articles, {d.datasets} dataset(s), {setting}; "
+             f"power {POWER:.0%}, two-sided alpha {ALPHA:g}, log-odds",
+             f"speaks for: {d.speaks_for}",
+             f"  one training run's Δ (articles only): smallest detectable {run.detectable():.3f} "
+             f"(SE {run.se:.3f}, df {run.df:.0f})"]
+    if d.recipe:
+        lines.append(f"  the recipe's arm Δ: smallest detectable {arm.detectable():.3f} (SE {arm.se:.3f}, "
+                     f"df {arm.df:.1f}); chance of 'within ±{margin:g}' where the truth is 0: "
+                     f"{arm.equivalence_chance(margin):.2f}")
+    inter = interaction_test(d)
+    if inter is None:
+        lines.append("  interaction: needs 2+ recognition and 2+ control arms, 5+ arms in all and a recognition spread")
+    else:
+        lines.append(f"  interaction (slope difference, arm level): smallest detectable {inter.detectable():.3f} "
+                     f"(SE {inter.se:.3f}, df {inter.df:.0f}); chance of 'one common line' within ±{slope_margin:g} "
+                     f"where the truth is 0: {inter.equivalence_chance(slope_margin):.2f}")
+    if target is not None:
+        best = smallest_design(target, d)
+        lines.append(f"  smallest design whose arm Δ detects {target:g}: " +
+                     (f"{best.adapters} adapter(s) x {best.articles} articles" if best is not None
+                      else "none up to 10 adapters x 1000 articles"))
+    return lines

@@ -18,8 +18,9 @@ from hydra.experimental.callback import Callback
 from ..cell.inputs import load_articles, prepare_inputs
 from ..cell.judging import flatten
 from ..cell.preflight import cell_preflight, finetune_cost, grid_preflight
-from ..config import ModelConfig
+from ..config import SELF_RECOGNITION_TASKS, ModelConfig
 from ..config.spec import CellSpec
+from ..design.detectable import Design, describe
 from ..finetune import finetune_plan, format_plan, planned_judge, planned_training_articles
 from ..models import backend_class
 from ..models.base import AnswerDistribution, Generation, SequenceLogprobs, unique
@@ -230,12 +231,37 @@ def summarize_plans(sweep_dir: Path) -> list[dict[str, Any]]:
         judging = None if any(c is None for c in total_cost) else sum(total_cost)
         tuning = finetune_cost(plans)
         print(f"  with OpenAI fine-tuning: {_money(None if judging is None or tuning is None else judging + tuning)}")
+    for line in design_lines(plans):
+        print(f"  {line}")
     checks = grid_preflight(plans)
     if checks:
         print("  pre-flight:")
         for line in checks:
             print(f"    {line}")
     return plans
+
+
+def design_lines(plans: list[dict[str, Any]]) -> list[str]:
+    """What the grid's fine-tune design can detect (python -m selfpref_sweep.design, at its default SDs), where it
+    has fine-tuned arms: adapters per arm (the fewest distinct fine-tunes of one recipe), evaluation articles (the
+    fewest of a fine-tuned cell), recognition and control arms, datasets."""
+    tuned = [p for p in plans if p.get("finetune")]
+    if not tuned:
+        return []
+    arms: dict[tuple, set] = {}
+    for p in tuned:
+        f = p["finetune"]
+        key = (f.get("evaluator"), f.get("task"), f.get("n_articles"), f.get("finetune_dataset"))
+        arms.setdefault(key, set()).add(f.get("fingerprint"))
+    recognition = {t.value for t in SELF_RECOGNITION_TASKS}
+    n_rec = sum(1 for key in arms if key[1] in recognition)
+    design = Design(adapters=min(len(v) for v in arms.values()),
+                    articles=max(2, min(int(p.get("n_articles") or 0) for p in tuned)),
+                    datasets=len({p["cell"].get("dataset") for p in tuned}), recognition_arms=n_rec,
+                    control_arms=len(arms) - n_rec)
+    lines = describe(design, 0.2, 0.25, None, str(tuned[0]["cell"].get("setting")))
+    return ["what this fine-tune design can detect (python -m selfpref_sweep.design, its default SDs):",
+            *(f"  {line.strip()}" for line in lines)]
 
 
 class PlanSummaryCallback(Callback):
