@@ -76,13 +76,19 @@ def _rows() -> list[Row]:
     for test in ("specificity", "interaction"):
         for level in (LEVEL_UNIT, LEVEL_SOURCE):
             for scale in SCALES:
-                for grp, gname in (("all", "all"), ("transfer", "per transfer")):
+                for grp, gname in _TEST_GROUPINGS:
                     rows.append(Row(f"{test}|{level}|{grp}|{scale}", "size",
                                     f"{test} test, {level}, {gname}, {scale}"))
     for scale in SCALES:
         for q, name in _QUESTIONS.items():
             rows.append(Row(f"trend|{q}|{scale}", "coverage", f"dose trend of Δ {name} CI, {scale}"))
     return rows + _cell_rows() + _resampled_rows()
+
+
+# The fine-tune tests' groupings: pooled over datasets, both transfer conditions together (the rows calibration.py
+# reads), and each alone, so that a pooled row can be set beside the in-domain and cross-dataset ones.
+_TEST_GROUPINGS = (("all", "all"), ("transfer", "per transfer"), ("in", "in-domain"), ("cross", "cross-dataset"))
+_SPLIT = {"in_domain": "in", "cross_dataset": "cross"}
 
 
 # The per-cell rows: what summary.json and the per-source table print for one evaluator against one source.
@@ -114,7 +120,7 @@ def _resampled_rows() -> list[Row]:
                                     f"{name}: {level} {what} CI ({gname}), {scale}"))
             for what in ("shift", "interaction"):
                 for level in (LEVEL_UNIT, LEVEL_SOURCE):
-                    for grp, gname in (("all", "all, dataset term"), ("transfer", "per transfer")):
+                    for grp, gname in (("all", "all, dataset term"), *_TEST_GROUPINGS[1:]):
                         rows.append(Row(f"{tag}|{what}|{level}|{grp}|{scale}", "size",
                                         f"{name}: {what} test, {level}, {gname}, {scale}"))
     return rows
@@ -227,6 +233,14 @@ def _grouping(group_by: str) -> str:
     return "all" if group_by == _ALL else ("transfer" if group_by.endswith("transfer") else "dataset")
 
 
+def _test_keys(prefix: str, level: str, group_by: str, group: str, scale: str) -> list[str]:
+    """A fine-tune test's row keys: its grouping's, and for a transfer group also its own condition's."""
+    g = _grouping(group_by)
+    keys = [f"{prefix}|{level}|{g}|{scale}"]
+    split = _SPLIT.get(str(group).rsplit("/", 1)[-1].strip()) if g == "transfer" else None
+    return keys + ([f"{prefix}|{level}|{split}|{scale}"] if split else [])
+
+
 def fit_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) -> None:
     """The headline slope and intercept, the source-level clustered and mixed slopes, against the slopes of
     the true points."""
@@ -261,7 +275,8 @@ def test_counts(res: Analysed, true_fits: Mapping[str, dict], counts: Counts) ->
             if t is None or not math.isfinite(getattr(t, attr)):
                 continue
             hit = covers(r.ci_low, r.ci_high, getattr(t, attr))
-            add_trial(counts, f"{test}|{r.level}|{_grouping(r.group_by)}|{r.scale}", None if hit is None else not hit)
+            for key in _test_keys(test, r.level, r.group_by, r.group, r.scale):
+                add_trial(counts, key, None if hit is None else not hit)
 
 
 def trend_counts(res: Analysed, truth: Truth, counts: Counts) -> None:
@@ -282,9 +297,12 @@ def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts
         if f.method not in _RS_TAGS or not f.ok or not math.isfinite(t):
             continue
         hit = covers(f.ci_low, f.ci_high, t)
+        prefix = f"{_RS_TAGS[f.method][0]}|{f.what}"
         if f.what in ("shift", "interaction"):
-            hit = None if hit is None else not hit
-        add_trial(counts, f"{_RS_TAGS[f.method][0]}|{f.what}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
+            for key in _test_keys(prefix, f.level, f.group_by, f.group, f.scale):
+                add_trial(counts, key, None if hit is None else not hit)
+        else:
+            add_trial(counts, f"{prefix}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
 
 
 def cell_counts(items: pd.DataFrame, truth: Truth, counts: Counts, confidence: float = 1 - ALPHA) -> None:
@@ -397,11 +415,18 @@ class Cell:
     trials: int
     no_interval: int
     verdict: str
+    # The rate among the trials with an interval: a refusal counts as a miss in ``rate`` (a test that gives no
+    # interval rejects nothing), and an outside scorer that drops refusals reads this one.
+    given_interval: float = math.nan
 
     def text(self) -> str:
         if not math.isfinite(self.rate):
             return "—"
-        extra = f"; no interval in {self.no_interval}" if self.no_interval else ""
+        extra = ""
+        if self.no_interval:
+            given = f", {100 * self.given_interval:.1f}% of those with one" if math.isfinite(self.given_interval) \
+                else ""
+            extra = f"; no interval in {self.no_interval}{given}"
         return f"{100 * self.rate:.1f}% ± {100 * self.se:.1f} ({self.verdict}{extra})"
 
 
@@ -433,7 +458,9 @@ def aggregate(reps: Iterable[Counts], kind: str) -> Cell:
     rate = float(h.sum() / t.sum())
     n = len(t)
     se = float(math.sqrt(np.sum((h - rate * t) ** 2) * n / max(n - 1, 1)) / t.sum()) if n > 1 else math.nan
-    return Cell(rate, se, int(t.sum()), missing, verdict(rate, se, kind, n) if math.isfinite(se) else UNDECIDED)
+    given = float(h.sum() / (t.sum() - missing)) if t.sum() > missing else math.nan
+    return Cell(rate, se, int(t.sum()), missing, verdict(rate, se, kind, n) if math.isfinite(se) else UNDECIDED,
+                given)
 
 
 def coverage_table(records: Iterable[Mapping[str, Any]]) -> dict[str, pd.DataFrame]:
@@ -483,6 +510,8 @@ def table_records(tables: Mapping[str, pd.DataFrame], command: str = "") -> dict
                                  "label": row.label, "kind": row.kind, "rate": cell.rate,
                                  "se": cell.se if math.isfinite(cell.se) else None, "verdict": cell.verdict,
                                  "trials": cell.trials, "no_interval": cell.no_interval,
+                                 "rate_given_interval": cell.given_interval if cell.no_interval
+                                 and math.isfinite(cell.given_interval) else None,
                                  "reps": int(line[f"reps at {col.split()[0]}"])})
     return {"command": command, "targets": {k: list(v) for k, v in TARGETS.items()}, "rows": rows}
 

@@ -31,14 +31,16 @@ from .design import (
     draw_adapter_deviations,
     draw_items,
     expected_paper_score,
+    on_dataset,
     variants,
 )
 
 COVERAGE_SETTINGS = ("pairwise", "individual")
 # How a rep's counts were scored; a cached rep counted another way is drawn again. 2: each adapter's own rows
 # against its own truth (its drawn training deviation), no longer its arm's population value. 3: an arm's
-# paper-scale population value averages over its adapters' deviations (coverage_truth).
-SCORING = 3
+# paper-scale population value averages over its adapters' deviations (coverage_truth). 4: the fine-tune tests'
+# in-domain and cross-dataset rows, each alone.
+SCORING = 4
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,13 @@ class CoverageDesign:
     adapter_sd: float = 0.0  # training randomness: each adapter's preference deviation, log-odds SD
     variant_article_sd: float = 0.0  # article effects per variant (SimulationSpec), not cancelled by the base
     arm_article_sd: float = 0.0  # ... per arm, shared by its adapters
+    # An independent simulator's process (SimulationSpec): position biases spread evenly over
+    # ±position_bias_spread across the variants (fixed, so the truths are), source-by-article effects, exclusions,
+    # and cross-dataset transfer.
+    position_bias_spread: float = 0.0
+    source_article_sd: float = 0.0
+    exclusion_rate: float = 0.0
+    cross_transfer: float = 1.0
 
     def spec(self, setting: str, n_articles: int) -> SimulationSpec:
         """The design in one setting. Individual: each summary is judged alone, so there is no order to be
@@ -76,6 +85,9 @@ class CoverageDesign:
         for i in range(max(len(rec), len(ctl))):  # variants()' order: recognition and controls interleaved
             signals += rec[i:i + 1] + ctl[i:i + 1]
             betas += [self.position_bias] * len(rec[i:i + 1]) + biases[i:i + 1]
+        if self.position_bias_spread:
+            betas = [b + o for b, o in zip(betas, np.linspace(-1, 1, len(betas)) * self.position_bias_spread,
+                                           strict=True)]
         if setting == "individual":
             betas = [0.0] * len(betas)
         return SimulationSpec(
@@ -84,7 +96,9 @@ class CoverageDesign:
             article_sd=self.article_sd, recognition_signals=tuple(signals), position_biases=tuple(betas),
             source_effects=self.source_effects, shared_article_effect=True,
             adapters_per_arm=self.adapters_per_arm, adapter_sd=self.adapter_sd,
-            variant_article_sd=self.variant_article_sd, arm_article_sd=self.arm_article_sd)
+            variant_article_sd=self.variant_article_sd, arm_article_sd=self.arm_article_sd,
+            source_article_sd=self.source_article_sd, exclusion_rate=self.exclusion_rate,
+            cross_transfer=self.cross_transfer)
 
 
 def true_accuracy(signal: float, position_bias: float, spec: SimulationSpec) -> dict[str, float]:
@@ -107,10 +121,12 @@ def coverage_truth(spec: SimulationSpec, adapter_deviations: Mapping[str, float]
     averages over its adapters' deviations (the mean of σ over them, not σ at their mean: they differ by a
     Jensen gap that grows with the training SD); on log-odds the two agree."""
     rows = []
-    for v in variants(spec):
-        spread = spec.adapter_sd if adapter_deviations is None and v.finetune_task != "none" else 0.0
-        v = replace(v, preference=v.preference + (adapter_deviations or {}).get(v.name(spec), 0.0))
+    for arm in variants(spec):
+        spread = spec.adapter_sd if adapter_deviations is None and arm.finetune_task != "none" else 0.0
+        deviation = (adapter_deviations or {}).get(arm.name(spec), 0.0)  # the same on every dataset
         for dataset in spec.datasets:
+            v = on_dataset(arm, spec, dataset)
+            v = replace(v, preference=v.preference + deviation)
             coords = v.coordinates(spec, "", dataset)
             base = {"setting": spec.setting, "label": spec.label, "dataset": dataset, "transfer": coords.transfer,
                     "evaluator_variant": v.name(spec),
@@ -230,12 +246,15 @@ def coverage_header(design: CoverageDesign, command: str, seconds: float) -> str
 
 
 def coverage_main(args: argparse.Namespace, command: str) -> int:
-    if args.adapters_per_arm < 1 or min(args.adapter_sd, args.variant_article_sd, args.arm_article_sd) < 0:
-        print("error: --adapters-per-arm >= 1, and --adapter-sd, --variant-article-sd, --arm-article-sd >= 0 are "
-              "needed", file=sys.stderr)
+    extra = dict(position_bias_spread=args.position_bias_spread, source_article_sd=args.source_article_sd,
+                 exclusion_rate=args.exclusion_rate, cross_transfer=args.cross_transfer)
+    if args.adapters_per_arm < 1 or min(args.adapter_sd, args.variant_article_sd, args.arm_article_sd,
+                                        *extra.values()) < 0 or args.exclusion_rate >= 1:
+        print("error: --adapters-per-arm >= 1, the SDs, --position-bias-spread and --cross-transfer >= 0, and "
+              "--exclusion-rate in [0, 1) are needed", file=sys.stderr)
         return 2
     design = CoverageDesign(adapters_per_arm=args.adapters_per_arm, adapter_sd=args.adapter_sd,
-                            variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd)
+                            variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd, **extra)
     settings = [s for s in args.settings.split(",") if s]
     counts = [int(x) for x in args.articles.split(",") if x.strip()]
     if args.reps < 2 or not counts or any(s not in COVERAGE_SETTINGS for s in settings):

@@ -83,6 +83,11 @@ class SimulationSpec:
     # added to recognition and preference alike, so every arm stays on the line in the population.
     variant_article_sd: float = 0.0
     arm_article_sd: float = 0.0
+    # An independent simulator's process: article effects per source (shared by every variant, on both
+    # questions), and the share of a fine-tune's change from the base model that it shows on a dataset it was not
+    # fine-tuned on (1: all).
+    source_article_sd: float = 0.0
+    cross_transfer: float = 1.0
 
     def __post_init__(self) -> None:
         if self.n_articles < 1:
@@ -93,8 +98,9 @@ class SimulationSpec:
             raise ValueError(f"at most {len(RECOGNITION_NS)} recognition variants (N = {RECOGNITION_NS})")
         if not 0.0 <= self.exclusion_rate < 1.0:
             raise ValueError("exclusion_rate must be in [0, 1)")
-        if min(self.noise, self.article_sd, self.adapter_sd, self.variant_article_sd, self.arm_article_sd) < 0:
-            raise ValueError("noise, article_sd, adapter_sd, variant_article_sd and arm_article_sd must be >= 0")
+        if min(self.noise, self.article_sd, self.adapter_sd, self.variant_article_sd, self.arm_article_sd,
+               self.source_article_sd, self.cross_transfer) < 0:
+            raise ValueError("noise, article_sd, adapter_sd, the article-effect SDs and cross_transfer must be >= 0")
         if self.adapters_per_arm < 1:
             raise ValueError("adapters_per_arm must be at least 1")
         n_variants = int(self.include_base) + self.recognition_variants + self.control_variants
@@ -108,7 +114,7 @@ class SimulationSpec:
     def item_sd(self) -> float:
         """The SD of an item's signal around its variant's mean on one question (noise and article effects)."""
         return math.sqrt(self.noise ** 2 + self.article_sd ** 2 + self.variant_article_sd ** 2
-                         + self.arm_article_sd ** 2)
+                         + self.arm_article_sd ** 2 + self.source_article_sd ** 2)
 
     def source_effect(self, source: str) -> float:
         return self.source_effects[self.sources.index(source)] if self.source_effects else 0.0
@@ -170,6 +176,17 @@ def variants(spec: SimulationSpec) -> list[Variant]:
     return out
 
 
+def on_dataset(v: Variant, spec: SimulationSpec, dataset: str) -> Variant:
+    """The variant as judged on ``dataset``: a fine-tune off its own dataset shows cross_transfer of its change
+    from the base model (recognition and preference alike, so a point on the base's line stays on it)."""
+    if v.finetune_task == "none" or dataset == spec.datasets[0] or spec.cross_transfer == 1.0:
+        return v
+    base = variants(spec)[0] if spec.include_base else Variant("none", None, 0.0, spec.intercept, 0.0)
+    share = spec.cross_transfer
+    return replace(v, recognition=base.recognition + share * (v.recognition - base.recognition),
+                   preference=base.preference + share * (v.preference - base.preference))
+
+
 # --- the planted values on both scales ------------------------------------------------------------
 
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(64)  # E[f(Z)], Z ~ N(0, 1) = Σ w f(node) / √(2π)
@@ -197,9 +214,10 @@ def expected_paper_score(signal: float, spec: SimulationSpec, question: str = "r
 def planted_units(spec: SimulationSpec) -> pd.DataFrame:
     """The planted value of every paper unit (variant × dataset), on both scales."""
     rows = []
-    for v in variants(spec):
-        base = {"evaluator_variant": v.name(spec), "finetune_task": v.finetune_task}
+    for arm in variants(spec):
+        base = {"evaluator_variant": arm.name(spec), "finetune_task": arm.finetune_task}
         for dataset in spec.datasets:
+            v = on_dataset(arm, spec, dataset)
             rows.append({**base, "dataset": dataset, "transfer": v.coordinates(spec, "", dataset).transfer,
                          "rec_logodds": v.recognition, "pref_logodds": v.preference,
                          "rec_paper": expected_paper_score(v.recognition, spec, "recognition", v.position_bias),
@@ -263,7 +281,10 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: int |
         if spec.shared_article_effect:  # an article easy to recognize is as easy to prefer
             effects["preference"] = effects["recognition"]
         own_effects = _variant_article_effects(spec, named, rng, n)
-        for v, name in named:
+        by_source = {s: rng.normal(0.0, spec.source_article_sd, n) if spec.source_article_sd > 0 else 0.0
+                     for s in spec.sources}  # drawn only where planted: other designs keep their stream
+        for arm, name in named:
+            v = on_dataset(arm, spec, dataset)
             deviation_of_adapter = adapter_deviations.get(name, 0.0)
             for source in spec.sources:
                 coords = asdict(v.coordinates(spec, source, dataset))
@@ -277,7 +298,7 @@ def draw_items(spec: SimulationSpec, rng: np.random.Generator, n_articles: int |
                                 ("preference", v.preference + deviation_of_adapter), ("competence", v.competence)):
                     p = QUESTION_PREFIX.get(q, "comp")
                     shift = spec.source_effect(source) if q != "competence" else 0.0
-                    own = own_effects[name] if q != "competence" else 0.0
+                    own = own_effects[name] + by_source[source] if q != "competence" else 0.0
                     signal = mean + shift + effects[q] + own + rng.normal(0.0, spec.noise, n)
                     if q == "recognition":
                         deviation = signal - mean - shift

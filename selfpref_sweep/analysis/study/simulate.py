@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--article-sd", type=float, default=d.article_sd,
                    help="SD of the article effect shared across cells (default %(default)s)")
     p.add_argument("--exclusion-rate", type=float, default=d.exclusion_rate,
-                   help="chance a question of an item is excluded (low answer mass) (default %(default)s)")
+                   help="chance a question of an item is excluded (low answer mass) (default %(default)s; also "
+                        "with --coverage)")
     p.add_argument("--competence", type=float, default=d.competence,
                    help="judge-competence signal of a competent judge (default %(default)s)")
     p.add_argument("--failing-judges", type=int, default=d.failing_judges,
@@ -302,6 +303,14 @@ def _add_article_effect_args(p: argparse.ArgumentParser, d: SimulationSpec) -> N
     p.add_argument("--arm-article-sd", type=float, default=d.arm_article_sd,
                    help="SD of article effects per arm, shared by its adapters (default %(default)s; also with "
                         "--coverage)")
+    p.add_argument("--source-article-sd", type=float, default=d.source_article_sd,
+                   help="SD of article effects per source, shared by every variant (default %(default)s; also "
+                        "with --coverage)")
+    p.add_argument("--cross-transfer", type=float, default=d.cross_transfer,
+                   help="share of a fine-tune's change from the base it shows off its own dataset (default "
+                        "%(default)s; also with --coverage)")
+    p.add_argument("--position-bias-spread", type=float, default=0.0,
+                   help="--coverage only: position biases spread evenly over ±this across the variants")
 
 
 def _add_coverage_args(p: argparse.ArgumentParser) -> None:
@@ -335,6 +344,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulationSpec:
         exclusion_rate=args.exclusion_rate, competence=args.competence, failing_judges=args.failing_judges,
         n_resamples=args.bootstrap, seed=args.seed, adapters_per_arm=args.adapters_per_arm,
         adapter_sd=args.adapter_sd, variant_article_sd=args.variant_article_sd, arm_article_sd=args.arm_article_sd,
+        source_article_sd=args.source_article_sd, cross_transfer=args.cross_transfer,
     )
 
 
