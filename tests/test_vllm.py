@@ -4,7 +4,8 @@ against the Hugging Face backend's on the same prompts.
 
 vLLM pins its own transformers, so it lives in a virtualenv of its own, `.venv-vllm` (made by setup.sh;
 $SELFPREF_VLLM_PYTHON points at another interpreter), with this project installed into it. These tests run it
-as a subprocess; without that virtualenv they skip.
+as a subprocess; without that virtualenv they skip. The in-process checks share one process and one engine
+(tests/vllm_driver.py): an engine start takes about 2 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import sqlite3
@@ -82,11 +82,12 @@ def vllm_server():
     # without native bf16 emulates (many times slower). Eager: compiling took minutes on 2 cores.
     dtype = resolve_dtype("auto")
     model, port = qwen05_dir([f"evaluator.dtype={dtype}"]), _free_port()
+    kv = server_kv_bytes(model, dtype)
     with open(Path(MODEL_CACHE).parent / "vllm-server-test.log", "w") as log:  # the server holds its own descriptor
         proc = subprocess.Popen([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                                  "--served-model-name", "qwen05", "--host", "127.0.0.1", "--port", str(port),
                                  "--dtype", dtype, "--enforce-eager", "--max-logprobs", "20", "--max-model-len", "8192",
-                                 "--kv-cache-memory-bytes", str(2 ** 30)],  # not a share of the machine: docs/vllm.md
+                                 "--kv-cache-memory-bytes", str(kv)],  # not a share of the machine: docs/vllm.md
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 600
@@ -97,12 +98,29 @@ def vllm_server():
             urllib.request.urlopen(url + "/models", timeout=5).read()
             break
         except OSError:
-            time.sleep(3)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(3)  # not answering yet: wait on the process, whose exit ends the wait at once
     else:
         _stop(proc)
         pytest.fail(f"vLLM's server did not answer within 600 s; see {log.name}")
     yield SimpleNamespace(url=url, model_dir=model)
     _stop(proc)
+
+
+def server_kv_bytes(model: Path, dtype: str) -> int:
+    """The server's KV cache, from the memory this machine has now: 1 GiB, or what is left beside the weights
+    and the engine's overhead, down to one sequence of the server's 8,192 tokens. Fails naming what is missing
+    where even that does not fit (a start that ran out of memory failed after minutes, saying less)."""
+    from selfpref_sweep.models.vllm import vllm_sizing as sizing
+
+    config = json.loads((model / "config.json").read_text())
+    one_sequence = (sizing.kv_bytes_per_token(config, dtype) or 2 ** 17) * 8192
+    weights, available = sizing.weights_bytes(model), sizing.available_bytes()
+    kv = max(one_sequence, min(2 ** 30, available - weights - sizing.CPU_OVERHEAD_BYTES))
+    short = sizing.cpu_shortfall(weights, kv, available)
+    if short is not None:
+        pytest.fail(f"vLLM's server cannot start here: {short}")
+    return kv
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -134,17 +152,6 @@ def test_the_vllm_preset_runs_a_whole_cell_against_vllms_server(vllm_server, tmp
     assert "the server scores given text" in s["familiarity"]["reason"]
 
 
-def run_vllm_cell(store: Path, run_dir: Path) -> subprocess.CompletedProcess:
-    """One cell through `backend: vllm` in its reproducible mode (the default), in float32 (so the comparison
-    with the HF backend does not hang on which bf16 kernels a CPU kind has: in bf16 the two differed by up to
-    0.021 here, docs/vllm.md) and eager (compiling takes minutes on 2 cores)."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE}
-    cmd = [str(VLLM_PYTHON), "run.py", "evaluator=qwen05", "evaluator.backend=vllm",
-           "evaluator.vllm_enforce_eager=true",
-           *FLOAT32, *CELL, f"store.path={store}", f"hydra.run.dir={run_dir}"]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-
-
 def failure(proc: subprocess.CompletedProcess) -> str:
     """What a failed run printed that names its cause: vLLM's engine reports it in lines far above the last
     traceback (its own log), so the error lines come first, then the tail."""
@@ -154,12 +161,20 @@ def failure(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture(scope="module")
 def vllm_cell(tmp_path_factory):
-    """An uninterrupted `backend: vllm` cell, shared by the tests below."""
+    """Every in-process check's vLLM work, on one engine in one process (tests/vllm_driver.py): an uninterrupted
+    `backend: vllm` cell, 4 of its judge and familiarity calls made again in other batches, and the cell resumed
+    from a copy of its store that lost every other call. The cells run in their reproducible mode (the default),
+    in float32 (so the comparison with the HF backend does not hang on which bf16 kernels a CPU kind has: in
+    bf16 the two differed by up to 0.021 here, docs/vllm.md) and eager (compiling takes minutes on 2 cores)."""
     qwen05_dir(FLOAT32)  # converted by this (main) environment, shared through the model cache
     root = tmp_path_factory.mktemp("vllm_cell")
-    proc = run_vllm_cell(root / "calls.sqlite", root / "cell")
+    env = {**os.environ, "WANDB_MODE": "disabled", "SELFPREF_MODEL_CACHE": MODEL_CACHE, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([str(VLLM_PYTHON), "tests/vllm_driver.py", str(root), "4",
+                           "evaluator.vllm_enforce_eager=true", *FLOAT32, *CELL],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, failure(proc)
-    return SimpleNamespace(store=root / "calls.sqlite", run_dir=root / "cell")
+    return SimpleNamespace(store=root / "cell.sqlite", run_dir=root / "cell", resumed_store=root / "resumed.sqlite",
+                           resumed_dir=root / "resumed", result=json.loads((root / "driver.json").read_text()))
 
 
 @pytest.mark.real_model
@@ -182,12 +197,7 @@ def test_the_in_process_backend_runs_a_cell_and_agrees_with_the_hf_backend(vllm_
 def test_the_reproducible_mode_gives_the_same_bits_in_any_batch_and_order(vllm_cell):
     """The cell's own judge and familiarity calls, made again all at once and in halves (the second half first),
     equal what the cell stored bit for bit: three batch compositions, two orders, no cached prefix read."""
-    proc = subprocess.run([str(VLLM_PYTHON), "tests/vllm_recompute.py", str(vllm_cell.store), MODEL_CACHE, "4",
-                           "evaluator.vllm_enforce_eager=true", *FLOAT32],
-                          cwd=REPO, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, failure(proc)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = vllm_cell.result["recompute"]
     for kind in ("judge", "familiarity"):
         counts = result[kind]
         assert counts["n"] >= 4, result
@@ -196,21 +206,17 @@ def test_the_reproducible_mode_gives_the_same_bits_in_any_batch_and_order(vllm_c
 
 @pytest.mark.real_model
 @needs_vllm
-def test_a_cell_resumed_after_losing_half_its_calls_gives_the_uninterrupted_results(vllm_cell, tmp_path):
+def test_a_cell_resumed_after_losing_half_its_calls_gives_the_uninterrupted_results(vllm_cell):
     """As a kill leaves it: the store holds some of the cell's calls (every other one here). The resumed cell
-    makes the others in other batches and writes the uninterrupted cell's results to the bit."""
-    store = tmp_path / "calls.sqlite"
-    shutil.copy(vllm_cell.store, store)
-    with sqlite3.connect(store) as conn:
-        total = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-        conn.execute("DELETE FROM calls WHERE rowid % 2 = 0")
-        kept = conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0]
-    assert 0 < kept < total
-    proc = run_vllm_cell(store, tmp_path / "cell")
-    assert proc.returncode == 0, failure(proc)
-    with sqlite3.connect(store) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == total
-    assert item_results(tmp_path / "cell") == item_results(vllm_cell.run_dir)
+    makes the others in other batches and writes the uninterrupted cell's results to the bit. The driver ran
+    every in-process check on one engine: one backend built, one engine start."""
+    result = vllm_cell.result
+    assert 0 < result["kept"] < result["calls"], result
+    with sqlite3.connect(vllm_cell.resumed_store) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == result["calls"]
+    assert summary(vllm_cell.resumed_dir)["model_calls"] == result["calls"] - result["kept"]
+    assert item_results(vllm_cell.resumed_dir) == item_results(vllm_cell.run_dir)
+    assert result["backends_built"] == 1 and result["engine_starts"] == 1, result
 
 
 def item_results(run_dir: Path) -> list:

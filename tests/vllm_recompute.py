@@ -1,5 +1,6 @@
-"""Run by tests/test_vllm.py in vLLM's virtualenv: a cell's stored judge and familiarity calls, made again by the
-in-process vLLM backend in other batch compositions and orders, compared bit for bit with what the cell stored.
+"""In vLLM's virtualenv: a cell's stored judge and familiarity calls, made again by the in-process vLLM backend
+in other batch compositions and orders, compared bit for bit with what the cell stored. tests/vllm_driver.py runs
+`recompute` on the engine its cell ran on; standalone, on an engine of its own:
 
     python tests/vllm_recompute.py STORE MODEL_CACHE N OVERRIDE...
 
@@ -49,18 +50,25 @@ def compositions(run, calls) -> dict:
             "halves_reversed": sum(halves[r] == v for r, v in calls)}
 
 
+def recompute(model, store, n: int) -> dict:
+    """The first n stored judge and familiarity calls, made again by `model` (a VLLMModel) in other batch
+    compositions and orders: per kind, how many equal the stored ones. Also tests/vllm_driver.py's, which
+    passes the backend its cell ran on."""
+    judge, texts = stored_calls(store, model.identity, n)
+    judge = [(r, v["probs"]) for r, v in judge]
+    texts = [(r, v["total"]) for r, v in texts]
+    return {
+        "judge": compositions(lambda rs: ((r, d.probs) for r, d in model.answer_distributions(rs)), judge),
+        "familiarity": compositions(lambda rs: ((r, s.total) for r, s in model.sequence_logprobs(rs)), texts),
+    }
+
+
 def main(store: str, model_cache: str, n: int, overrides) -> None:
     register_configs()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["evaluator=qwen05", "evaluator.backend=vllm", *overrides])
     model = VLLMModel(cfg.evaluator, model_cache=model_cache, show_progress=False)
-    judge, texts = stored_calls(store, model.identity, n)
-    judge = [(r, v["probs"]) for r, v in judge]
-    texts = [(r, v["total"]) for r, v in texts]
-    result = {
-        "judge": compositions(lambda rs: ((r, d.probs) for r, d in model.answer_distributions(rs)), judge),
-        "familiarity": compositions(lambda rs: ((r, s.total) for r, s in model.sequence_logprobs(rs)), texts),
-    }
+    result = recompute(model, store, n)
     model.close()
     print(json.dumps(result))
 
