@@ -63,10 +63,11 @@ class LocalModel(Tokens, AnswerReading, GivenText, Decoding, Forwards, BatchInva
 
     def __init__(self, cfg, model_cache: str, show_progress: bool = True):
         self.cfg = cfg
-        # the CPU schedule recorded for this machine (cpu_schedules.py), None where no choice applies: read once
-        # per process, so this identity is the one the cache handle made before loading
-        self.cpu_choice = self.cpu_choice_for(cfg, self._base_identity(cfg))
         self.identity = self.identity_for(cfg)
+        # the CPU schedule recorded for this machine (cpu_schedules.py), None where no choice applies: read once
+        # per process, so this identity is the one the cache handle made before loading (the identity less its
+        # schedule is the base the choice is filed under; a subclass may make its own identity)
+        self.cpu_choice = self.cpu_choice_for(cfg, dataclasses.replace(self.identity, schedule=""))
         self.model_cache = model_cache
         self.prefix_reuse = bool(option(cfg, "prefix_reuse", True))
         self.max_batch = 8  # prompts scored together after a shared prefix
