@@ -21,6 +21,7 @@ the clip (see order_logit), and each question's summary gives the share of such 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -234,10 +235,10 @@ def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     """The Pearson correlation; None with fewer than 3 pairs or a constant side."""
     if len(x) < 3:
         return None
-    mx, my = sum(x) / len(x), sum(y) / len(y)
-    sxy = sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True))
-    sxx, syy = sum((a - mx) ** 2 for a in x), sum((b - my) ** 2 for b in y)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+    try:
+        return statistics.correlation(x, y)
+    except statistics.StatisticsError:  # a constant side
+        return None
 
 
 # ------------------------------------------------------------------------- a cell's summary
