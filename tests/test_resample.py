@@ -160,3 +160,16 @@ def test_resampled_rows_that_miss_their_target_carry_the_calibration_label(monke
     labels = list(table[T.CALIBRATION_COL])
     assert labels[0].startswith("under-covers pooled over datasets") and "docs/coverage.md" in labels[0]
     assert labels[1] == "" and labels[2].startswith("over-rejects") and labels[3] == ""
+
+
+def test_the_corrected_rows_refuse_an_interval_only_where_recognition_is_nearly_all_noise() -> None:
+    """The refusal rule reads the sample's own reliability, so a high threshold selects sweeps whose error leans
+    one way (0.5 made the printed shift intervals reject a true 0 in up to 9% of sweeps, bench/shift_refusal.py):
+    a reliability of 0.3 gets its interval, 0.1 is refused and says why, and a failed correction still refuses."""
+    solved = np.ones(100, dtype=bool)
+    assert RS.MIN_RELIABILITY == 0.2
+    assert RS._no_interval(100, 9.0, 0.3, solved) == ""
+    assert "reliability 0.10 is under 0.2" in RS._no_interval(100, 9.0, 0.1, solved)
+    assert "too noisy to correct" in RS._no_interval(100, 9.0, math.nan, solved)  # no estimate of it: refused
+    assert "failed in 10%" in RS._no_interval(100, 9.0, 0.9, np.r_[np.ones(90, bool), np.zeros(10, bool)])
+    assert RS._no_interval(100, 9.0, None, solved) == ""  # plain OLS needs no correction

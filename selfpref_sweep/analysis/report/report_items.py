@@ -25,6 +25,7 @@ from ..estimate.estimates import POSITIVE_CONTROLS
 from ..estimate.length_control import has_word_counts
 from ..estimate.paired import LABEL_REFERENCE, has_label_pairs
 from ..estimate.per_source import has_sources
+from ..estimate.resample import MIN_RELIABILITY
 from ..self_bias.net_bias import applies as self_bias_applies
 from ..study.calibration import HOLM_FWER, calibration_label
 from ..sweep.load import STATUS_FAILED, STATUS_INCOMPLETE, STATUS_WARNING, SweepData
@@ -177,7 +178,7 @@ CORE_ITEMS: tuple[AnalysisItem, ...] = (
     ReportItem("units", "The paper-unit points", _left_out(method_text("units", TEXTS), full=True),
                lambda r: U.units_table(r.est.units, r.est.degenerate), level=3),
     ReportItem("regression_resampled", "Headline, corrected: one joint article resample",
-               _left_out(method_text("resampled", TEXTS)),
+               _left_out(method_text("resampled", TEXTS, min_reliability=f"{MIN_RELIABILITY:g}")),
                lambda r: F.resampled_table(r.est.resampled, r.adapters, r.est.specificity_margin),
                applies=lambda d: d.headline,
                to_wandb=REPORT_TABLE, fitted=lambda r: r.est.resampled),
