@@ -47,11 +47,22 @@ def one_rep(design: CoverageDesign, setting: str, n_articles: int, rep: int, see
     items = draw_items(spec, rng, adapter_deviations=deviations)
     truths = _truths(design, setting, n_articles)
     fitted = without_units(items, degenerate_units(items))
+    draws: dict[float, dict[str, float]] = {}
+
+    def interval(est: float, d: np.ndarray, *args: float, **kw: float) -> dict[str, float]:
+        """The fit's own interval, with the draws' centre and spread kept aside (by estimate) for the table's
+        other candidates."""
+        draws[est] = {"draw_median": float(np.median(d)), "draw_mean": float(np.mean(d)),
+                      "draw_sd": float(np.std(d, ddof=1)), "draw_q025": float(np.quantile(d, 0.025)),
+                      "draw_q975": float(np.quantile(d, 0.975))}
+        return saved_interval(est, d, *args, **kw)
+
     saved, RS.MIN_RELIABILITY = RS.MIN_RELIABILITY, -math.inf
+    saved_interval, RS._interval = RS._interval, interval
     try:
         fits = RS.article_resample(fitted, RECOGNITION_TASKS, seed=0)
     finally:
-        RS.MIN_RELIABILITY = saved
+        RS.MIN_RELIABILITY, RS._interval = saved, saved_interval
     out = []
     for f in fits:
         if f.what not in (RS.SHIFT, RS.SLOPE) or f.method != RS.RESAMPLE_CORRECTED:
@@ -60,7 +71,8 @@ def one_rep(design: CoverageDesign, setting: str, n_articles: int, rep: int, see
                     "scale": f.scale,
                     "estimate": f.estimate, "se": f.se, "df": f.df, "ci_low": f.ci_low, "ci_high": f.ci_high,
                     "reliability": f.reliability, "ok": f.ok, "note": f.note,
-                    "truth": truths.get((f.what, f.level, f.group_by, f.group, f.scale), math.nan)})
+                    "truth": truths.get((f.what, f.level, f.group_by, f.group, f.scale), math.nan),
+                    **draws.get(f.estimate, {})})
     return out
 
 
