@@ -203,6 +203,27 @@ def test_the_interval_uses_the_median_unbiased_training_variance():
     assert fit["training_sd"] > 0 and fit["df"] < 9  # training variance in the interval, on few df
 
 
+def test_a_spread_that_shows_training_reads_each_adapters_own_part_on_its_df():
+    """Hartung and Knapp's idea (stats.replicates.few_replicate_split): the total variance is the median-unbiased
+    rule's, but where the spread exceeds what the articles give it, each replicate's whole own part goes on k − 1
+    df and only the shared part keeps the articles' df; the interval is then never narrower, and where the spread
+    shows nothing beyond the articles it is the articles' alone."""
+    from scipy import stats
+
+    from selfpref_sweep.stats.replicates import few_replicate_split, median_unbiased_tau2, two_part_t
+
+    v_art, spread, noise, d, sum_w2 = 0.02, 0.9, 0.06, 2, 1 / 3  # 3 adapters, weights 1/3
+    shared, train, df = few_replicate_split(v_art, spread, noise, d, sum_w2)
+    assert df == d and train == pytest.approx(spread / stats.chi2.ppf(0.5, d) * sum_w2)
+    assert shared == pytest.approx(v_art - noise / d * sum_w2)
+    assert shared + train == pytest.approx(v_art + median_unbiased_tau2(spread, noise, d) * sum_w2)
+    new = two_part_t(0.1, shared, 9, train, df)
+    old = two_part_t(0.1, v_art, 9, median_unbiased_tau2(spread, noise, d) * sum_w2, d)
+    assert new["se"] == pytest.approx(old["se"]) and new["df"] < old["df"]
+    assert new["ci_high"] - new["ci_low"] > old["ci_high"] - old["ci_low"]
+    assert few_replicate_split(v_art, 0.03, noise, d, sum_w2) == (v_art, 0.0, math.inf)  # within the noise
+
+
 def test_an_arm_of_two_adapters_carries_its_measured_coverage():
     """With 2 adapters τ² rests on 1 df: the shipped 2-adapter designs find the preference interval under-covering
     at large training SD, and each such arm's row carries those figures, named by SD."""
