@@ -296,3 +296,31 @@ def test_an_arms_paper_scale_truth_averages_over_its_adapters_deviations():
     base = next(v.name(spec) for v in design.variants(spec) if v.finetune_task == "none")
     assert population.loc[(spec.datasets[0], base), "pref_paper_mean"] == at_mean.loc[(spec.datasets[0], base),
                                                                                        "pref_paper_mean"]
+
+
+def test_each_direction_of_the_corrected_shift_is_scored_apart() -> None:
+    """The report's "positive shift" and "negative shift" are two words, each promised at 2.5%: an interval wholly
+    above the true shift fires the first only; one without an interval fires neither and is counted as such."""
+    from selfpref_sweep.analysis.estimate import resample as RS
+    from selfpref_sweep.reporting.grouping import LEVEL_UNIT
+
+    group_by, group = cov._ALL, "pairwise / none"
+    truth = RS.ResampledFit(what="shift", level=LEVEL_UNIT, group_by=group_by, group=group, scale="logodds",
+                            method=RS.RESAMPLE_OLS, n=8, ok=True, estimate=0.0)
+
+    def counts(ci: tuple[float, float]) -> cov.Counts:
+        row = RS.ResampledFit(what="shift", level=LEVEL_UNIT, group_by=group_by, group=group, scale="logodds",
+                              method=RS.RESAMPLE_CORRECTED, n=8, ok=True, estimate=sum(ci) / 2, ci_low=ci[0],
+                              ci_high=ci[1])
+        out: cov.Counts = {}
+        cov.resampled_counts(SimpleNamespace(resampled=[row]), {"resampled": [truth]}, out)
+        return out
+
+    key = f"|shift|{LEVEL_UNIT}|all|logodds"
+    above = counts((0.1, 0.5))
+    assert above["rs+" + key] == [1, 1, 0] and above["rs-" + key] == [0, 1, 0] and above["rs" + key] == [1, 1, 0]
+    assert counts((-0.5, -0.1))["rs-" + key] == [1, 1, 0]
+    refused = counts((math.nan, math.nan))
+    assert refused["rs+" + key] == [0, 1, 1] and refused["rs-" + key] == [0, 1, 1]
+    rows = {r.key: r for r in cov.ROWS}
+    assert rows["rs+" + key].kind == "one-sided size" and cov.TARGETS["one-sided size"] == (0.015, 0.035)

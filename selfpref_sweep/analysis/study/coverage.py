@@ -32,7 +32,8 @@ from ..estimate.resample import METHODS, RESAMPLE_CORRECTED, true_resampled
 from ..sweep.load import arm_name
 
 ALPHA = 0.05
-TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07)}
+# A one-sided size: how often one direction's word fires under its null, against 2.5% (the same ±40% band).
+TARGETS = {"coverage": (0.93, 0.97), "size": (0.03, 0.07), "one-sided size": (0.015, 0.035)}
 HOLDS, FAILS, UNDECIDED = "holds", "does not hold", "undecided"
 _Z = 1.96  # the Monte Carlo interval: estimate ± 1.96 MC SE
 _NULL = 1e-12  # a true Δ this small is 0 (the design plants exact zeros)
@@ -43,7 +44,8 @@ _QUESTIONS = {prefix: q for q, prefix in QUESTION_PREFIX.items()}  # "rec" -> "r
 @dataclass(frozen=True)
 class Row:
     key: str
-    kind: str  # "coverage" (of a 95% interval) or "size" (rejection rate of a 5% test under its null)
+    kind: str  # "coverage" (of a 95% interval), "size" (rejection rate of a 5% test under its null) or
+    # "one-sided size" (one direction's rejections: 2.5% each)
     label: str
 
 
@@ -123,7 +125,20 @@ def _resampled_rows() -> list[Row]:
                     for grp, gname in (("all", "all, dataset term"), *_TEST_GROUPINGS[1:]):
                         rows.append(Row(f"{tag}|{what}|{level}|{grp}|{scale}", "size",
                                         f"{name}: {what} test, {level}, {gname}, {scale}"))
+    # The report's two specificity words, each alone: "positive shift" (the corrected shift's interval above the
+    # truth) and "negative shift" (below it), each promised at 2.5%.
+    for scale in SCALES:
+        for sign, word in _DIRECTIONS.items():
+            for level in (LEVEL_UNIT, LEVEL_SOURCE):
+                for grp, gname in (("all", "all, dataset term"), *_TEST_GROUPINGS[1:]):
+                    rows.append(Row(f"rs{sign}|shift|{level}|{grp}|{scale}", "one-sided size",
+                                    f"corrected fit: \"{word}\" under a true shift, {level}, {gname}, {scale}"))
     return rows
+
+
+_DIRECTIONS = {"+": "positive shift", "-": "negative shift"}
+_KIND_NAMES = {"coverage": "coverage of 95% CI", "size": "size of 5% test",
+               "one-sided size": "one side of a 5% test (2.5%)"}
 
 
 ROWS = _rows()
@@ -301,6 +316,10 @@ def resampled_counts(res: Analysed, true_fits: Mapping[str, Any], counts: Counts
         if f.what in ("shift", "interaction"):
             for key in _test_keys(prefix, f.level, f.group_by, f.group, f.scale):
                 add_trial(counts, key, None if hit is None else not hit)
+            if f.what == "shift" and f.method == RESAMPLE_CORRECTED:
+                for sign, fired in (("+", f.ci_low > t), ("-", f.ci_high < t)):
+                    for key in _test_keys(f"rs{sign}|shift", f.level, f.group_by, f.group, f.scale):
+                        add_trial(counts, key, None if hit is None else bool(fired))
         else:
             add_trial(counts, f"{prefix}|{f.level}|{_grouping(f.group_by)}|{f.scale}", hit)
 
@@ -526,7 +545,7 @@ def markdown(tables: Mapping[str, pd.DataFrame], header: str) -> str:
                   "| quantity | kind | " + " | ".join(ns) + " |", "|---|---|" + "---|" * len(ns)]
         for _, r in df.iterrows():
             cells = [r[c].text() if isinstance(r[c], Cell) else "—" for c in ns]
-            kind = "coverage of 95% CI" if r["kind"] == "coverage" else "size of 5% test"
+            kind = _KIND_NAMES[r["kind"]]
             lines.append(f"| {r['row']} | {kind} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

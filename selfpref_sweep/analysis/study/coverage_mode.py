@@ -39,8 +39,8 @@ COVERAGE_SETTINGS = ("pairwise", "individual")
 # How a rep's counts were scored; a cached rep counted another way is drawn again. 2: each adapter's own rows
 # against its own truth (its drawn training deviation), no longer its arm's population value. 3: an arm's
 # paper-scale population value averages over its adapters' deviations (coverage_truth). 4: the fine-tune tests'
-# in-domain and cross-dataset rows, each alone.
-SCORING = 4
+# in-domain and cross-dataset rows, each alone. 5: the corrected shift's two directions, each alone.
+SCORING = 5
 
 
 @dataclass(frozen=True)
