@@ -31,7 +31,8 @@ def test_groups_and_gaps(tmp_path):
     head = [line for line in text.splitlines() if line.startswith("| report rows")][0]
     assert "3 adapters, SD 0.4, pairwise, 10 articles (200 reps)" in head
     assert "2 adapters, SD 0, individual, 20 articles" in head
-    arm_null = [line for line in text.splitlines() if line.startswith("| arm Δ CI (adapters pooled), true Δ = 0")][0]
+    arm_null = [line for line in text.splitlines()
+                if line.startswith("| arm Δ recognition CI (adapters pooled), true Δ = 0")][0]
     assert "95.0–95.0% (1 hold, 0 undecided, 0 not)" in arm_null and "96.0–96.0%" in arm_null
     gaps = acceptance.label_gaps(a["rows"], adapters=3)
     # The shipped 3-adapter designs find the arm's recognition interval on target: a gap, on the liberal side.
