@@ -96,11 +96,10 @@ def few_replicate_split(v_art: float, spread: float, noise: float, df: float, su
     never narrower than that rule's; where the spread shows nothing beyond the articles, it is the articles'.
     With 3 adapters at training SD 0.4 this rule covered 0.944 where the split on the articles' df covered
     0.922-0.928 (docs/results/arm_interval_coverage.md)."""
-    own = noise / df
-    total = spread / float(stats.chi2.ppf(0.5, df))
-    if total <= own:
+    own, tau2 = noise / df, median_unbiased_tau2(spread, noise, df)
+    if tau2 == 0:
         return v_art, 0.0, math.inf
-    return max(0.0, v_art - own * sum_w2), total * sum_w2, df
+    return max(0.0, v_art - own * sum_w2), (own + tau2) * sum_w2, df
 
 
 def median_unbiased_tau2(spread: float, noise: float, df: float) -> float:

@@ -109,6 +109,7 @@ def _cell_rows() -> list[Row]:
 
 # The joint article resample's rows (resample.py), both methods: "rs" corrected, "rsols" uncorrected.
 _RS_TAGS = {RESAMPLE_CORRECTED: ("rs", "corrected fit"), METHODS[0]: ("rsols", "resample OLS")}
+_RS_TEST_GROUPINGS = (("all", "all, dataset term"), *_TEST_GROUPINGS[1:])  # pooled fits carry a dataset term
 
 
 def _resampled_rows() -> list[Row]:
@@ -122,7 +123,7 @@ def _resampled_rows() -> list[Row]:
                                     f"{name}: {level} {what} CI ({gname}), {scale}"))
             for what in ("shift", "interaction"):
                 for level in (LEVEL_UNIT, LEVEL_SOURCE):
-                    for grp, gname in (("all", "all, dataset term"), *_TEST_GROUPINGS[1:]):
+                    for grp, gname in _RS_TEST_GROUPINGS:
                         rows.append(Row(f"{tag}|{what}|{level}|{grp}|{scale}", "size",
                                         f"{name}: {what} test, {level}, {gname}, {scale}"))
     # The report's two specificity words, each alone: "positive shift" (the corrected shift's interval above the
@@ -130,7 +131,7 @@ def _resampled_rows() -> list[Row]:
     for scale in SCALES:
         for sign, word in _DIRECTIONS.items():
             for level in (LEVEL_UNIT, LEVEL_SOURCE):
-                for grp, gname in (("all", "all, dataset term"), *_TEST_GROUPINGS[1:]):
+                for grp, gname in _RS_TEST_GROUPINGS:
                     rows.append(Row(f"rs{sign}|shift|{level}|{grp}|{scale}", "one-sided size",
                                     f"corrected fit: \"{word}\" under a true shift, {level}, {gname}, {scale}"))
     return rows
