@@ -364,6 +364,11 @@ class SpecificityMargin:
 @dataclass
 class AnalysisConfig:
     specificity_margin: SpecificityMargin = field(default_factory=SpecificityMargin)
+    # SD of an adapter's Δ (log-odds) about its recipe's, stated for sweeps with one adapter per arm, and where it
+    # comes from (both or neither; analysis/estimate/arms.py checks them). null: one-adapter arms speak for their
+    # training run only.
+    training_sd: float | None = ranged(None, NON_NEGATIVE)
+    training_sd_source: str = ""
 
 
 @dataclass

@@ -63,6 +63,8 @@ class Design:
     # Two or more base judges in one group, or anchored or checkable outputs: self-preference net of quality
     # (analysis/self_bias/).
     self_bias: bool = False
+    # The user stated a training SD for one-adapter arms (analysis.training_sd): their rows speak for the recipe.
+    training_sd_stated: bool = False
 
     @property
     def replicated(self) -> bool:

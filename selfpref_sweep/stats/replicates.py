@@ -5,7 +5,7 @@ randomness to its slope)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,7 +26,7 @@ def _adapter_design(frames: Sequence[pd.DataFrame]) -> tuple[np.ndarray, np.ndar
 
 
 def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights: Sequence[float],
-                       confidence: float = 1 - ALPHA) -> dict[str, float]:
+                       confidence: float = 1 - ALPHA, stated_var: float | None = None) -> dict[str, float]:
     """Σ_a weights[a]·Δ_a over replicates a (each a frame of source, article_id, v: item differences; Δ_a the
     mean over its sources of their means), replicates of one ``groups`` label being runs of one treatment.
 
@@ -41,7 +41,9 @@ def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights
     (few_replicate_split): where the spread shows training randomness, each replicate's whole own part is read
     from that spread on d df, and only the part they share keeps the articles' df (docs/results/
     arm_interval_coverage.md gives the coverage). Without a group of 2+ replicates τ² is not estimable: the
-    interval is the articles' and training_sd is NaN.
+    interval is the articles' and training_sd is NaN, unless the caller states τ² (``stated_var``, a training
+    variance the user gives from elsewhere, on this contrast's scale): then τ²·Σ weights² joins the variance as
+    known (infinite df) and training_sd reports its root. Replicates, where there are, always win over it.
     Returns mean, ci_low, ci_high, p, training_sd, df."""
     out = dict(mean=math.nan, ci_low=math.nan, ci_high=math.nan, p=math.nan, training_sd=math.nan, df=math.nan)
     keep = [a for a, f in enumerate(frames) if len(f)]
@@ -70,19 +72,29 @@ def replicate_contrast(frames: Sequence[pd.DataFrame], groups: Sequence, weights
     sizes = np.bincount(groups)
     df_tau = float(np.sum(np.maximum(sizes - 1, 0)))
     if df_tau >= 1:
-        spread, noise = 0.0, 0.0
-        for g in np.flatnonzero(sizes >= 2):
-            members = np.flatnonzero(groups == g)
-            centre = np.zeros(k)
-            centre[members] = 1.0 / members.size
-            spread += float(np.sum((deltas[members] - deltas[members].mean()) ** 2))
-            # What the spread holds without training randomness: the articles' variance of each Δ_a − Δ̄_g.
-            noise += sum(ols.contrast(cell_weights(np.eye(k)[a] - centre)).se ** 2 for a in members)
+        spread, noise = _spread_within_groups(groups, deltas, lambda a_weights: ols.contrast(cell_weights(a_weights)))
         out["training_sd"] = math.sqrt(max(0.0, (spread - noise) / df_tau))
         v_art, v_train, df_train = few_replicate_split(v_art, spread, noise, df_tau, float(w @ w))
+    elif stated_var is not None:
+        out["training_sd"] = math.sqrt(stated_var)
+        v_train = stated_var * float(w @ w)
     interval = two_part_t(out["mean"], v_art, df_art, v_train, df_train, confidence)
     out.update({k: v for k, v in interval.items() if k != "se"})
     return out
+
+
+def _spread_within_groups(groups: np.ndarray, deltas: np.ndarray, contrast: Callable) -> tuple[float, float]:
+    """(S, N): the replicates' spread about their group means, and what the articles put into it (the articles'
+    variance of each Δ_a − Δ̄_g, ``contrast`` giving a replicate-weight contrast's fit)."""
+    k = deltas.size
+    spread, noise = 0.0, 0.0
+    for g in np.flatnonzero(np.bincount(groups) >= 2):
+        members = np.flatnonzero(groups == g)
+        centre = np.zeros(k)
+        centre[members] = 1.0 / members.size
+        spread += float(np.sum((deltas[members] - deltas[members].mean()) ** 2))
+        noise += sum(contrast(np.eye(k)[a] - centre).se ** 2 for a in members)
+    return spread, noise
 
 
 def few_replicate_split(v_art: float, spread: float, noise: float, df: float, sum_w2: float
@@ -122,9 +134,9 @@ def two_part_t(est: float, v_art: float, df_art: float, v_train: float = 0.0, df
     return dict(se=se, df=df, ci_low=est - half, ci_high=est + half, p=float(2 * stats.t.sf(abs(est) / se, df)))
 
 
-def pooled_delta(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
+def pooled_delta(frames: Sequence[pd.DataFrame], stated_var: float | None = None) -> dict[str, float]:
     """The mean Δ of the replicates of one treatment that have data (replicate_contrast, weights 1/k over them:
-    a replicate without values does not pull the mean toward 0)."""
+    a replicate without values does not pull the mean toward 0); ``stated_var``: replicate_contrast's."""
     present = [f for f in frames if len(f)]
     k = len(present)
-    return replicate_contrast(present, [0] * k, [1.0 / k] * k if k else [])
+    return replicate_contrast(present, [0] * k, [1.0 / k] * k if k else [], stated_var=stated_var)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ...config import POSITIVE_CONTROL_TASKS
 from ...reporting.grouping import BY_EVALUATOR, GROUPINGS, UNIT_KEYS, key_frame
-from .arms import arm_deltas
+from .arms import StatedTrainingSD, arm_deltas
 from .finetune_tests import (
     RECOGNITION_TASKS,
     ROBUSTNESS_COLUMNS,
@@ -53,6 +53,8 @@ class Estimates:
     resampled: list[ResampledFit] = field(default_factory=list)
     # Per arm (a fine-tune recipe), its adapters' Δs pooled with training randomness (arms.py).
     arms: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # The training SD the user stated for one-adapter arms (arms.StatedTrainingSD), None where none was.
+    training_sd: StatedTrainingSD | None = None
     # Per positive-control arm, its Δ preference toward the direction it was trained (positive_control.py).
     positive_controls: pd.DataFrame = field(default_factory=pd.DataFrame)
     # Per base evaluator, the paper's line over its recognition fine-tunes alone (paper_trend.py).
@@ -65,9 +67,11 @@ class Estimates:
 
 def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
              recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
-             specificity_margin: Mapping[str, float] | None = None) -> Estimates:
+             specificity_margin: Mapping[str, float] | None = None,
+             training_sd: StatedTrainingSD | None = None) -> Estimates:
     """Every estimate the report prints from the items (``cells`` only adds the judge-competence status to the
-    units); ``specificity_margin`` per scale overrides finetune_tests.SPECIFICITY_MARGIN. Positive-control arms
+    units); ``specificity_margin`` per scale overrides finetune_tests.SPECIFICITY_MARGIN; ``training_sd``: a
+    stated training SD for one-adapter arms (arms.py), None where none is stated. Positive-control arms
     (config.POSITIVE_CONTROL_TASKS: trained to move preference directly) have their units, Δs and arm rows, and
     stay out of every fit of preference on recognition, which they would bend by construction; so do degenerate
     arms (one constant answer: units.degenerate_units), which carry no slope information, with a note per fit."""
@@ -89,8 +93,9 @@ def estimate(items: pd.DataFrame, cells: pd.DataFrame | None = None,
         robustness_fits=_noted(fit_robustness(points, fitted), noted), interactions=_noted(interactions, noted),
         specificity=_noted(specificity, noted),
         trends=dose_trend(items, recognition_tasks, seed=0), specificity_margin=margins,
-        resampled=_noted(article_resample(fitted, recognition_tasks, seed=0), noted), arms=arm_deltas(items),
-        positive_controls=positive_control_arms(items),
+        resampled=_noted(article_resample(fitted, recognition_tasks, seed=0), noted),
+        arms=arm_deltas(items, training_sd), positive_controls=positive_control_arms(items, training_sd),
+        training_sd=training_sd,
         paper_trends=_noted_trends(paper_trends(fitted_units, fitted, recognition_tasks), degenerate,
                                    recognition_tasks),
         degenerate=degenerate, interaction_robustness=robustness)

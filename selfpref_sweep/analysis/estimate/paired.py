@@ -77,7 +77,8 @@ def _lacking(both: pd.DataFrame, col: str) -> list[str]:
 
 def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], dict[tuple[str, str], pd.DataFrame] | None]]:
     """Per fine-tuned paper unit: its row (coordinates, sources, counts, note) and the item differences,
-    fine-tuned minus base, per (question, scale) as frames of source, article_id, v (None without a base)."""
+    fine-tuned minus base, per (question, scale) as frames of source, article_id, v, tuned and base (the two
+    judges' values; None without a base)."""
     kept, _ = kept_items(items)
     kept = key_frame(kept, UNIT_KEYS)
     tuned = kept[kept["is_finetuned"].astype(bool)]
@@ -110,8 +111,11 @@ def _pairs(items: pd.DataFrame) -> Iterator[tuple[dict[str, Any], dict[tuple[str
         for scale, col in SCALES.items():
             missing[scale] = _lacking(both, col)
             for q in QUESTION_PREFIXES:
-                diff = both[f"{q}_{col}"].astype(float) - both[f"{q}_{col}_base"].astype(float)
-                frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"], "v": diff})
+                tuned, base_value = both[f"{q}_{col}"].astype(float), both[f"{q}_{col}_base"].astype(float)
+                # v: the difference; tuned, base: the two judges' own values (arms.py scales a stated training SD
+                # to the paper scale with them).
+                frame = pd.DataFrame({"source": both["source"], "article_id": both["article_id"],
+                                      "v": tuned - base_value, "tuned": tuned, "base": base_value})
                 # A scale that a paired source lacks gets no Δ: the mean over the other sources would be another
                 # comparison (Δ 0.524 where all sources gave 0.240).
                 frames[(q, scale)] = frame.iloc[:0] if missing[scale] else frame[np.isfinite(frame["v"])]

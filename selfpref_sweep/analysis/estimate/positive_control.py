@@ -28,7 +28,7 @@ import pandas as pd
 
 from ...reporting.grouping import key_frame
 from ..sweep.load import arm_name
-from .arms import ARM_COLUMNS, ARM_KEYS, arm_deltas
+from .arms import ARM_COLUMNS, ARM_KEYS, StatedTrainingSD, arm_deltas
 from .units import QUESTION_PREFIXES
 
 
@@ -66,10 +66,10 @@ def toward_trained(items: pd.DataFrame, direction: TrainedDirection) -> tuple[pd
     return out, pd.Series(~usable, index=items.index)
 
 
-def positive_control_arms(items: pd.DataFrame) -> pd.DataFrame:
+def positive_control_arms(items: pd.DataFrame, stated: StatedTrainingSD | None = None) -> pd.DataFrame:
     """One row per positive-control arm × dataset × setting × label: its Δ preference toward the trained
-    direction (the ``dpref_*`` columns, as arms.arm_deltas writes them), ``toward`` in words, and how many of
-    the arm's fine-tuned items were left out for having no direction."""
+    direction (the ``dpref_*`` columns, as arms.arm_deltas writes them, ``stated`` as there), ``toward`` in
+    words, and how many of the arm's fine-tuned items were left out for having no direction."""
     empty = pd.DataFrame(columns=[*ARM_COLUMNS, "toward", TIES_COLUMN])
     if items.empty or "finetune_task" not in items:
         return empty
@@ -79,7 +79,7 @@ def positive_control_arms(items: pd.DataFrame) -> pd.DataFrame:
         if not (task == name).any() or direction.own not in items:
             continue
         turned, tied = toward_trained(items[~items["is_finetuned"].astype(bool) | (task == name)], direction)
-        arms = arm_deltas(turned)
+        arms = arm_deltas(turned, stated)
         arms = arms[arms["finetune_task"].astype(str) == name]
         if arms.empty:
             continue

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ...records.schema import ANALYSIS_ERROR_FILE
 from ...records.sweep_dirs import find_cell_dirs
-from .command import specificity_margin_of
+from .command import specificity_margin_of, training_sd_of
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class AnalysisCallback(Callback):
         except Exception:  # noqa: BLE001
             print(f"analysis: cannot read hydra.sweep.dir:\n{traceback.format_exc()}", file=sys.stderr)
             return
-        self.analyse(sweep_dir, wandb_cfg, specificity_margin_of(config))
+        self.analyse(sweep_dir, wandb_cfg, specificity_margin_of(config), training_sd_of(config))
 
     # --- work ------------------------------------------------------------------------------------
 
@@ -140,9 +140,12 @@ class AnalysisCallback(Callback):
             print(f"analysis: FAILED (exit status {proc.returncode}); details in {where}", file=sys.stderr)
 
     def analyse(self, sweep_dir: Path, wandb_cfg: dict[str, Any] | None = None,
-                specificity_margin: dict[str, float] | None = None) -> bool:
-        """Run the analysis; returns False (after writing analysis/error.txt) if it failed."""
+                specificity_margin: dict[str, float] | None = None,
+                training_sd: tuple[float | None, str] = (None, "")) -> bool:
+        """Run the analysis; returns False (after writing analysis/error.txt) if it failed (a half-stated
+        training SD among the reasons: the error names it)."""
         try:
+            from ..estimate.arms import StatedTrainingSD
             from .pipeline import run_analysis, summary_text
 
             n = len(find_cell_dirs(sweep_dir)) if sweep_dir.is_dir() else 0
@@ -150,7 +153,8 @@ class AnalysisCallback(Callback):
                 print(f"analysis: skipped, {n} cell director{'y' if n == 1 else 'ies'} in {sweep_dir} "
                       f"(min_cells={self.min_cells})")
                 return True
-            result = run_analysis([sweep_dir], wandb_cfg=wandb_cfg, specificity_margin=specificity_margin)
+            result = run_analysis([sweep_dir], wandb_cfg=wandb_cfg, specificity_margin=specificity_margin,
+                                  training_sd=StatedTrainingSD.of(*training_sd))
             print(summary_text(result))
             return True
         except Exception as exc:  # noqa: BLE001 - never lose the sweep's results to the analysis

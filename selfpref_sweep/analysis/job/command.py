@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--specificity-margin", action="append", default=None, metavar="SCALE=VALUE",
                         help="the specificity test's equivalence margin on one scale (paper or logodds; "
                              "repeatable; default: the sweep's analysis.specificity_margin, else 0.05 and 0.2)")
+    parser.add_argument("--training-sd", type=float, default=None, metavar="SD",
+                        help="SD of an adapter's Δ (log-odds) about its recipe's, for one-adapter arms: their rows "
+                             "then speak for the recipe (default: the sweep's analysis.training_sd, else none)")
+    parser.add_argument("--training-sd-source", default=None, metavar="TEXT",
+                        help="where --training-sd comes from (required with it; printed with every row it enters)")
     return parser
 
 
@@ -86,6 +91,36 @@ def specificity_margin_of(cfg: Any) -> dict[str, float]:
         if isinstance(data, dict) else {}
 
 
+def training_sd_of(cfg: Any) -> tuple[float | None, str]:
+    """analysis.training_sd and analysis.training_sd_source of a sweep's config (an OmegaConf node); (None, "")
+    where absent (older sweeps)."""
+    from omegaconf import OmegaConf
+
+    sd = OmegaConf.select(cfg, "analysis.training_sd", default=None)
+    source = OmegaConf.select(cfg, "analysis.training_sd_source", default="")
+    return (None if sd is None else float(sd)), str(source or "")
+
+
+def _sweep_training_sd(sweep_dir: Path, sd: float | None, source: str | None):
+    """The stated training SD (arms.StatedTrainingSD, or None): the sweep's (its multirun.yaml), each part
+    overridden by --training-sd / --training-sd-source. A half-stated or invalid one exits with the reason."""
+    from ..estimate.arms import StatedTrainingSD
+
+    path = sweep_dir / "multirun.yaml"
+    given_sd, given_source = None, ""
+    if path.is_file():
+        from omegaconf import OmegaConf
+
+        try:
+            given_sd, given_source = training_sd_of(OmegaConf.load(path))
+        except Exception:  # noqa: BLE001 - a broken multirun.yaml states nothing
+            given_sd, given_source = None, ""
+    try:
+        return StatedTrainingSD.of(given_sd if sd is None else sd, given_source if source is None else source)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
 def _sweep_margins(sweep_dir: Path, given: Sequence[str] | None) -> dict[str, float]:
     """The sweep's margins (its multirun.yaml), overridden by --specificity-margin SCALE=VALUE."""
     margins: dict[str, float] = {}
@@ -126,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.sweep_dirs, out_dir=args.out, wandb_cfg=wandb_cfg,
             recognition_tasks=tuple(args.recognition_tasks or RECOGNITION_TASKS),
             specificity_margin=_sweep_margins(args.sweep_dirs[0], args.specificity_margin),
+            training_sd=_sweep_training_sd(args.sweep_dirs[0], args.training_sd, args.training_sd_source),
         )
     except (FileNotFoundError, NoCellsError) as exc:
         print(f"error: {exc}", file=sys.stderr)

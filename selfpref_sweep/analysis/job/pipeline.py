@@ -17,6 +17,7 @@ from ...records.schema import ANALYSIS_ERROR_FILE
 from ...reporting.formatting import SCALE_NAMES, fmt, fmt_ci, to_markdown, to_text
 from ...reporting.grouping import GROUPINGS, LEVEL_SOURCE, LEVEL_UNIT
 from ...reporting.items import unfitted_line
+from ..estimate.arms import StatedTrainingSD
 from ..estimate.collapse import question_collapse
 from ..estimate.estimates import Estimates, estimate
 from ..estimate.finetune_tests import RECOGNITION_TASKS
@@ -280,6 +281,7 @@ def run_analysis(
     wandb_cfg: Mapping[str, Any] | None = None,
     recognition_tasks: Sequence[str] = RECOGNITION_TASKS,
     specificity_margin: Mapping[str, float] | None = None,
+    training_sd: StatedTrainingSD | None = None,
 ) -> AnalysisResult:
     """Analyse the cells of ``sweep_dirs`` (pooled) and write the report.
 
@@ -287,7 +289,8 @@ def run_analysis(
     PNGs, CSVs and regressions.json in its ``analysis/`` subfolder. W&B failures do not lose the
     report: they are recorded in ``analysis/wandb_error.txt`` and in ``wandb_status``.
     ``specificity_margin``: the specificity test's equivalence margin per scale (config
-    analysis.specificity_margin; default finetune_tests.SPECIFICITY_MARGIN).
+    analysis.specificity_margin; default finetune_tests.SPECIFICITY_MARGIN). ``training_sd``: the training SD
+    stated for one-adapter arms (config analysis.training_sd with its source; estimate/arms.py).
     """
     dirs = [Path(d) for d in sweep_dirs]
     if not dirs:
@@ -302,7 +305,7 @@ def run_analysis(
     analysis_dir.mkdir(parents=True, exist_ok=True)
     (analysis_dir / ANALYSIS_ERROR_FILE).unlink(missing_ok=True)  # stale failure from an earlier run
 
-    est = estimate(data.items, data.cells, recognition_tasks, specificity_margin)
+    est = estimate(data.items, data.cells, recognition_tasks, specificity_margin, training_sd)
     result = _analyse(data, out, est, recognition_tasks)
     result.files = _write_data_files(result, analysis_dir)
     panels_spec = _write_report(result, dirs, wandb_cfg)
@@ -312,7 +315,8 @@ def run_analysis(
 
 def _analyse(data: SweepData, out: Path, est: Estimates, recognition_tasks: Sequence[str]) -> AnalysisResult:
     """The result: the estimates, the design, the figures its report items show and every item's table."""
-    design = R.design_of(data, est.units, est.diffs, est.trends, est.arms, est.paper_trends)
+    design = R.design_of(data, est.units, est.diffs, est.trends, est.arms, est.paper_trends,
+                         training_sd_stated=est.training_sd is not None)
     plots = make_plots(data.cells, est.units, est.unit_fits, out / ANALYSIS_SUBDIR, est.diffs,
                        only=R.plot_stems(design), extra=R.measurement_plots())
     result = AnalysisResult(
@@ -384,7 +388,8 @@ def _log_wandb(result: AnalysisResult, dirs: Sequence[Path], wandb_cfg: Mapping[
             summary=_wandb_summary(result),
             config={"sweep_dirs": [str(d) for d in dirs], "out_dir": str(out),
                     "recognition_tasks": list(result.recognition_tasks),
-                    "specificity_margin": result.est.specificity_margin},
+                    "specificity_margin": result.est.specificity_margin,
+                    "training_sd": result.est.training_sd.text() if result.est.training_sd else None},
             report_files=[out / SPEC_FILE, *result.files],
             panels_spec=panels_spec,
         )

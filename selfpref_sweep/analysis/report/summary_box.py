@@ -172,9 +172,14 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
                    f"this sweep has at most {units}.")
     elif all(f.ci_low <= 0 <= f.ci_high for f in fits):
         out.append("That preference follows recognition: the corrected slope's CI includes 0.")
-    if result.design is not None and result.design.finetuned and not result.design.replicated:
+    stated = result.est.training_sd
+    if result.design is not None and result.design.finetuned and not result.design.replicated and stated is not None:
+        out.append(f"Whether fine-tuning causes the shift beyond the adapters trained rests on the {stated.text()}, "
+                   "not on this sweep's own replicates: the per-arm rows are as right as that SD.")
+    elif result.design is not None and result.design.finetuned and not result.design.replicated:
         out.append("Whether fine-tuning causes the shift beyond the adapters trained: each fine-tuned arm's "
-                   "intervals cover article sampling, not training randomness (replicate with finetune_task.seed).")
+                   "intervals cover article sampling, not training randomness (replicate with finetune_task.seed, "
+                   "or state analysis.training_sd with its source).")
     elif result.design is not None and result.design.finetuned:
         out.append("Training randomness enters the per-arm Δs only through the spread of each arm's few adapters "
                    "(seeds), a rough estimate; arms with one adapter do not cover it.")

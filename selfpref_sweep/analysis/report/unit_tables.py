@@ -87,8 +87,8 @@ def finetune_vs_base_table(diffs: pd.DataFrame) -> pd.DataFrame:
 
 def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
     """Per arm, its adapters' Δs pooled with training randomness (arms.py), both scales: Δ [95% CI], p (Holm
-    p) and the between-adapter SD."""
-    cols = ["setting", "label", "dataset", "arm", "transfer", "adapters", "n articles"]
+    p) and the training SD (the adapters' spread, or the one the user stated), and whom the row speaks for."""
+    cols = ["setting", "label", "dataset", "arm", "transfer", "adapters", "n articles", "speaks for"]
     for s in ("paper", "logodds"):
         scale = "" if s == "paper" else ", log-odds"
         for q in ("recognition", "preference"):
@@ -103,10 +103,18 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
 
     table = rows_table(arms, cols + [CALIBRATION_COL], lambda d: [
         d["setting"], d["label"], d["dataset"], d["arm"], d["transfer"], fmt_int(d["adapters"]),
-        fmt_int(d["n_articles"]), *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
+        fmt_int(d["n_articles"]), d.get("speaks_for") or DASH, *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
+        STATED_SD_LABEL if int(d["adapters"]) == 1 and "stated" in str(d.get("speaks_for", "")) else
         arm_label(int(d["adapters"]))])
     return drop_empty_calibration(table)
+
+
+# The simulated calibration of a one-adapter arm's row with a stated training SD (bench/stated_training_sd.py,
+# docs/results/stated_training_sd.md): it rests on the SD being right.
+STATED_SD_LABEL = ("with the true SD stated: coverage 94-97% (log-odds), 94-100% (paper scale, conservative where "
+                   "the SD is large) for a nominal 95%; with half the true SD stated: 65-93% (simulated one-adapter "
+                   "arms at 10-50 articles, training SD 0.1-1.6, docs/results/stated_training_sd.md)")
 
 
 def arm_label(adapters: int) -> str:
