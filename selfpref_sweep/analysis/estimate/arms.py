@@ -77,12 +77,15 @@ class StatedTrainingSD:
         return f"stated training SD {self.logodds:g} log-odds ({self.source})"
 
 
+RECIPE_AT_STATED_SD = "the recipe (one adapter; "  # how a row on a stated training SD starts its "speaks for"
+
+
 def speaks_for(adapters: int, stated: StatedTrainingSD | None) -> str:
     """Whose effect an arm's row estimates: the recipe (replicates, or a stated SD) or the one training run."""
     if adapters >= 2:
         return f"the recipe ({adapters} adapters; training SD from their spread)"
     if stated is not None:
-        return f"the recipe (one adapter; {stated.text()})"
+        return f"{RECIPE_AT_STATED_SD}{stated.text()})"
     return "this training run only (one adapter, no stated training SD)"
 
 

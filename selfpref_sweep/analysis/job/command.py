@@ -49,19 +49,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def sweep_config(sweep_dir: Path) -> Any | None:
+    """The config the sweep ran with (its multirun.yaml, an OmegaConf node); None where it is absent or broken:
+    the analysis then uses its defaults."""
+    path = sweep_dir / "multirun.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+        return None
+
+
 def sweep_wandb_cfg(sweep_dir: Path) -> dict[str, Any]:
     """The wandb settings the sweep ran with (its multirun.yaml), so a re-run logs alike.
 
     A value that cannot be resolved outside the sweep's process (e.g. a custom resolver) is skipped.
     """
-    path = sweep_dir / "multirun.yaml"
-    if not path.is_file():
-        return {}
-    from omegaconf import OmegaConf
-
-    try:
-        cfg = OmegaConf.load(path)
-    except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
+    cfg = sweep_config(sweep_dir)
+    if cfg is None:
         return {}
     out: dict[str, Any] = {}
     node = cfg.get("wandb") if hasattr(cfg, "get") else None
@@ -106,15 +114,11 @@ def _sweep_training_sd(sweep_dir: Path, sd: float | None, source: str | None):
     overridden by --training-sd / --training-sd-source. A half-stated or invalid one exits with the reason."""
     from ..estimate.arms import StatedTrainingSD
 
-    path = sweep_dir / "multirun.yaml"
-    given_sd, given_source = None, ""
-    if path.is_file():
-        from omegaconf import OmegaConf
-
-        try:
-            given_sd, given_source = training_sd_of(OmegaConf.load(path))
-        except Exception:  # noqa: BLE001 - a broken multirun.yaml states nothing
-            given_sd, given_source = None, ""
+    cfg = sweep_config(sweep_dir)
+    try:
+        given_sd, given_source = training_sd_of(cfg) if cfg is not None else (None, "")
+    except Exception:  # noqa: BLE001 - an unreadable setting states nothing
+        given_sd, given_source = None, ""
     try:
         return StatedTrainingSD.of(given_sd if sd is None else sd, given_source if source is None else source)
     except ValueError as exc:
@@ -123,15 +127,8 @@ def _sweep_training_sd(sweep_dir: Path, sd: float | None, source: str | None):
 
 def _sweep_margins(sweep_dir: Path, given: Sequence[str] | None) -> dict[str, float]:
     """The sweep's margins (its multirun.yaml), overridden by --specificity-margin SCALE=VALUE."""
-    margins: dict[str, float] = {}
-    path = sweep_dir / "multirun.yaml"
-    if path.is_file():
-        from omegaconf import OmegaConf
-
-        try:
-            margins = specificity_margin_of(OmegaConf.load(path))
-        except Exception:  # noqa: BLE001 - a broken multirun.yaml only costs us the defaults
-            margins = {}
+    cfg = sweep_config(sweep_dir)
+    margins = specificity_margin_of(cfg) if cfg is not None else {}
     for item in given or []:
         scale, sep, value = item.partition("=")
         if not sep or scale not in ("paper", "logodds"):

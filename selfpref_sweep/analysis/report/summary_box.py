@@ -173,10 +173,11 @@ def _cannot(result: AnalysisResult, cells: pd.DataFrame) -> str:
     elif all(f.ci_low <= 0 <= f.ci_high for f in fits):
         out.append("That preference follows recognition: the corrected slope's CI includes 0.")
     stated = result.est.training_sd
-    if result.design is not None and result.design.finetuned and not result.design.replicated and stated is not None:
+    one_run_per_arm = result.design is not None and result.design.finetuned and not result.design.replicated
+    if one_run_per_arm and stated is not None:
         out.append(f"Whether fine-tuning causes the shift beyond the adapters trained rests on the {stated.text()}, "
                    "not on this sweep's own replicates: the per-arm rows are as right as that SD.")
-    elif result.design is not None and result.design.finetuned and not result.design.replicated:
+    elif one_run_per_arm:
         out.append("Whether fine-tuning causes the shift beyond the adapters trained: each fine-tuned arm's "
                    "intervals cover article sampling, not training randomness (replicate with finetune_task.seed, "
                    "or state analysis.training_sd with its source).")

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...reporting.formatting import DASH, FLAT_ARTICLES, ci_cell, est_ci, fmt, fmt_int, fmt_p, holm_cell, rows_table
 from ...reporting.grouping import UNIT_KEYS
+from ..estimate.arms import RECIPE_AT_STATED_SD
 from ..estimate.paired import ONE_ORDER
 from ..estimate.units import DEGENERATE_BAND, DEGENERATE_MIN_ITEMS
 from ..study.calibration import ARM_PREFERENCE, ARM_RECOGNITION, ARM_TEST, calibration_label
@@ -105,7 +106,7 @@ def arm_deltas_table(arms: pd.DataFrame) -> pd.DataFrame:
         d["setting"], d["label"], d["dataset"], d["arm"], d["transfer"], fmt_int(d["adapters"]),
         fmt_int(d["n_articles"]), d.get("speaks_for") or DASH, *scale_cells(d, "paper"), *scale_cells(d, "logodds"),
         d["note"] or "",
-        STATED_SD_LABEL if int(d["adapters"]) == 1 and "stated" in str(d.get("speaks_for", "")) else
+        STATED_SD_LABEL if str(d.get("speaks_for", "")).startswith(RECIPE_AT_STATED_SD) else
         arm_label(int(d["adapters"]))])
     return drop_empty_calibration(table)
 
