@@ -1,5 +1,6 @@
 """The small fixed grid whose outputs tests/test_golden.py pins: four cells of qwen05 on the demo data,
-run through the command line (`python run.py ...`), the interface that stays stable across refactors.
+run through the command line (`python run.py -m ...`, the interface that stays stable across refactors) as one
+multirun, so that the cells share one process and one load of the model.
 
 Used by tests/test_golden.py (reruns the grid into a tmp dir) and tests/golden/make_golden.py (writes the
 golden copies). The cells run in this order and share one fresh call store, so each cell's
@@ -27,15 +28,9 @@ OUTPUT_FILES = ("results.jsonl", "summary.json")
 COMMON = ["dataset=demo", "dataset.n_articles=3", "evaluator=qwen05", "evaluator.dtype=float32", "source=human",
           "wandb.mode=disabled", "show_progress=false"]
 
-# cell name -> its own overrides. The fine-tune is in-domain on demo: it trains on the first 2 articles
-# and the evaluation starts after them.
-CELLS: dict[str, list[str]] = {
-    "pairwise": ["setting=pairwise", "label=none"],
-    "individual": ["setting=individual", "label=none"],
-    "pairwise_label_correct": ["setting=pairwise", "label=correct"],
-    "pairwise_ft_recognition": ["setting=pairwise", "label=none", "finetune_task=recognition",
-                                "finetune_task.n_articles=2", "finetune_task.max_steps=2"],
-}
+# The cells, in the order they run: each is a config of tests/conf/golden/ (its setting, label and fine-tune),
+# chosen as `+golden=<cell>`, and writes into <work>/<cell>/.
+CELLS = ("pairwise", "individual", "pairwise_label_correct", "pairwise_ft_recognition")
 
 # torch's CPU kernels split reductions across threads, so the bits of every score depend on the thread count
 # (measured on qwen05 here: 1 and 2 threads agree, 3, 8 and 16 give P("1") off by up to 4e-3). A count of 1 or 2
@@ -58,23 +53,23 @@ def _env() -> dict[str, str]:
     return env
 
 
-def run_grid(work: Path) -> dict[str, float]:
-    """Run every cell into work/<cell>/ with one fresh call store and fine-tune cache under `work`.
-    Returns each cell's wall-clock seconds. Raises RuntimeError (with the cell's output) if a cell fails."""
+def run_grid(work: Path) -> float:
+    """Run every cell, as one multirun, into work/<cell>/ with one fresh call store and fine-tune cache under
+    `work`. Returns the multirun's wall-clock seconds. Raises RuntimeError (with its output) if a cell fails."""
     work = Path(work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     store, finetunes = work / "calls.sqlite", work / "finetunes"
     if store.exists() or finetunes.exists():
         raise RuntimeError(f"{work} already holds a call store or fine-tune cache; the grid needs fresh ones.")
-    seconds: dict[str, float] = {}
-    for name, overrides in CELLS.items():
-        cmd = [sys.executable, "run.py", *COMMON, *overrides, f"store.path={store}",
-               f"finetune_task.cache_dir={finetunes}", f"hydra.run.dir={work / name}"]
-        start = time.time()
-        proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
-        seconds[name] = round(time.time() - start, 1)
-        missing = [f for f in OUTPUT_FILES if not (work / name / f).is_file()]
-        if proc.returncode != 0 or missing:
-            raise RuntimeError(f"cell {name!r} failed (exit {proc.returncode}, missing {missing}): {' '.join(cmd)}\n"
-                               f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
+    cmd = [sys.executable, "run.py", "-m", "hydra.searchpath=[file://tests/conf]", f"+golden={','.join(CELLS)}",
+           *COMMON, f"store.path={store}", f"finetune_task.cache_dir={finetunes}",
+           "hydra.callbacks.analysis.enabled=false",  # the cells' outputs are pinned, not the sweep's analysis
+           f"hydra.sweep.dir={work}", "hydra.sweep.subdir=${hydra:runtime.choices.golden}"]
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True)
+    seconds = round(time.time() - start, 1)
+    missing = [f"{name}/{f}" for name in CELLS for f in OUTPUT_FILES if not (work / name / f).is_file()]
+    if proc.returncode != 0 or missing:
+        raise RuntimeError(f"the grid failed (exit {proc.returncode}, missing {missing}): {' '.join(cmd)}\n"
+                           f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}")
     return seconds
