@@ -15,11 +15,11 @@ import pytest
 
 from tests.golden.grid import CELLS, GOLDEN_DIR, qwen05_installed, run_grid
 
-# The grid runs in float32 with 1 or 2 torch threads (grid.py: they gave the same bits on qwen05; on 2026-12-07 the
-# grid passed with 2, and with 1 under two xdist workers); another CPU kind's kernels still move the last bits: on
-# an AVX2-only EPYC (Zen 3) 557 fields differed from these files (made on an AVX-512 machine) by at most 4.0e-5, with every
-# summary identical. The tolerance absorbs that with a 5x margin; a behaviour change moves a probability by
-# far more (bf16 vs float32: up to 0.03).
+# The grid runs in float32 with 1 or 2 torch threads (grid.py: they gave the same bits on qwen05; on 2026-12-07
+# the grid passed with 2, and with 1 under two xdist workers); another CPU kind's kernels still move the last
+# bits: on an AVX2-only EPYC (Zen 3) 557 fields differed from these files (made on an AVX-512 machine) by at most
+# 4.0e-5, with every summary identical. The tolerance absorbs that with a 5x margin; a behaviour change moves a
+# probability by far more (bf16 vs float32: up to 0.03).
 ABS_TOL = 2e-4
 
 # Fields whose value amplifies the scores' last bits, by key name at any depth, with their own tolerance: a
