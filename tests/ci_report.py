@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from selfpref_sweep.models.vllm.vllm_sizing import available_bytes  # the project's one reading of it
+
 _SECONDS: dict[str, float] = defaultdict(float)
 _LOWEST_AVAILABLE = {"kb": None}
 _STOP = threading.Event()
@@ -20,22 +22,9 @@ _SHOWN_FILES = 12  # the line names the slowest files; the rest are summed
 _WORKER_PEAKS: list[dict[str, int]] = []  # each xdist worker's own and largest child's peak RSS, in KiB
 
 
-def _available_kb() -> int | None:
-    """MemAvailable from /proc/meminfo (None where there is no such file: not Linux)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 def _watch_memory() -> None:
     while True:
-        kb = _available_kb()
-        if kb is None:
-            return
+        kb = available_bytes() // 1024
         low = _LOWEST_AVAILABLE["kb"]
         _LOWEST_AVAILABLE["kb"] = kb if low is None else min(low, kb)
         if _STOP.wait(1.0):

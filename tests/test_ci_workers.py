@@ -17,7 +17,6 @@ from tests.conftest import SLOWEST_FILES_FIRST, pytest_collection_modifyitems
     (16, 120.0, wt.MAX_WORKERS),  # never more than were measured
     (2, 12.0, 0),  # memory for one: the suite in one process, every core to it
     (1, 22.0, 0),  # one core
-    (4, None, 2),  # no /proc/meminfo: by cores alone
 ])
 def test_auto_workers_counts_cores_and_memory(cores, gib, workers):
     assert wt.auto_workers(cores, gib) == workers

@@ -9,7 +9,9 @@ environment before torch loads; subprocesses inherit it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import sys
+
+from selfpref_sweep.models.vllm.vllm_sizing import available_bytes
 
 # The most workers `-n auto` starts: the count measured on CI's 2-core, 24 GiB machines. More were never tried;
 # `python -m pytest -n N` asks for N.
@@ -28,22 +30,15 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def available_gib() -> float | None:
-    """MemAvailable from /proc/meminfo, in GiB (None where there is no such file)."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2 ** 20
-    except OSError:
-        return None
-    return None
+def available_gib() -> float:
+    """The memory the system can give new processes now, in GiB (the vLLM sizing's reading: MemAvailable)."""
+    return available_bytes() / 2 ** 30
 
 
-def auto_workers(n_cores: int, gib: float | None) -> int:
+def auto_workers(n_cores: int, gib: float) -> int:
     """Workers for ``-n auto``: one per core, each with GIB_PER_WORKER of memory, at most MAX_WORKERS; 0 (the
     suite in this process, every core to its tests) where only one fits."""
-    by_memory = n_cores if gib is None else int(gib // GIB_PER_WORKER)
-    n = min(MAX_WORKERS, n_cores, by_memory)
+    n = min(MAX_WORKERS, n_cores, int(gib // GIB_PER_WORKER))
     return n if n > 1 else 0
 
 
@@ -61,7 +56,5 @@ def pin_worker_threads() -> None:
     share = str(worker_threads())
     for name in THREAD_VARIABLES:
         os.environ.setdefault(name, share)
-    import sys
-
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
