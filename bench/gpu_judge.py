@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import resource
 import sys
 import tempfile
@@ -283,8 +284,10 @@ def main() -> None:
         cells = [f"{ms:.2f}", "" if rate is None else f"{rate:.1f}", "" if gb is None else f"{gb:.2f}", same or ""]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if device == "cpu":
+        own = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"  # vLLM's engine in this process
         lines.append("(peak memory on a CPU: this process's high-water mark so far, cumulative down the table; vLLM's "
-                     "engine runs in a process of its own and is not in it)")
+                     + ("engine ran in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0) and is in it)" if own else
+                        "engine runs in a process of its own and is not in it)"))
     print("\n" + "\n".join(lines), flush=True)
     if args.out:
         Path(args.out).write_text("\n".join(lines) + "\n")

@@ -9,8 +9,9 @@
    run as a new cell (OUT/resumed) through the cache, so the lost calls are made again in other batches.
 
 The cells go through the runner as `python run.py` does (resolve_cell, run_cell); the model pool lends the
-cell's vLLM backend (and its engine) to the recompute and to the resumed cell, as to the cells of a sweep. An
-engine start costs about 2 minutes on a 2-core CPU: one start here replaced three processes' three starts.
+cell's vLLM backend (and its engine) to the recompute and to the resumed cell, as to the cells of a sweep: one
+engine start instead of three. test_vllm.py runs it with VLLM_ENABLE_V1_MULTIPROCESSING=0, the engine inside this
+process (a start about 40 s on a 2-core CPU in processes of its own, about 10 s here).
 Writes OUT/driver.json: the recompute's counts, the store's rows before and after the loss, the backends built
 and the engines started.
 """
