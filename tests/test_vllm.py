@@ -34,8 +34,9 @@ needs_vllm = pytest.mark.skipif(not VLLM_PYTHON.exists(), reason=f"no vLLM virtu
 # Two articles: every measurement runs, and the cell fits CI time on a CPU without AVX-512, where vLLM's CPU
 # build prefills about 60 tokens/s (one thread, float32: 2 AVX2 cores, measured).
 N_ARTICLES = 2  # the competence control shows each article beside another article's summary
+# Summaries of 30 tokens, not the paper's 100: decoding runs one token at a time, and the judge prompts hold them.
 CELL = ["source=human", f"dataset.n_articles={N_ARTICLES}", "judge.placebo=on", "wandb.mode=disabled",
-        "show_progress=false"]
+        "show_progress=false", "summaries.max_new_tokens=30"]
 
 
 FLOAT32 = ["evaluator.dtype=float32"]
