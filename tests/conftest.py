@@ -30,9 +30,9 @@ FAKE_BACKEND = "fake=tests.fakes:FakeModel"
 # The slowest test files first (the CI log's time-per-file line names them), so that xdist's workers start on
 # them and the long tail is short files: in file order the vLLM file, the longest, came last, beside an idle worker.
 SLOWEST_FILES_FIRST = ("test_vllm.py", "test_batch_invariance.py", "test_openai_backend.py", "test_golden.py",
-                       "test_gpu_judge_bench.py", "test_local_model.py", "test_openai_server_measurements.py",
-                       "test_claims.py", "test_store_damage.py", "test_placebo.py", "test_finetune_lora.py",
-                       "test_individual_and_labels.py")
+                       "test_local_model.py", "test_individual_and_labels.py", "test_finetune_lora.py",
+                       "test_claims.py", "test_openai_server_measurements.py", "test_placebo.py", "test_presets.py",
+                       "test_gpu_judge_bench.py")
 
 
 def pytest_xdist_auto_num_workers(config) -> int:  # noqa: ARG001 - the hook's signature
